@@ -1,0 +1,137 @@
+"""spark-submit application: one batch's partial aggregation.
+
+    spark-submit batch_job.py QUERY_ID MANIFEST STATIC_DIR OUTPUT [--state-dir DIR] [--no-history]
+
+MANIFEST is the batch's claim (``STATE/<q>/<w>/claims/batch-NNNN.json``); the job reads
+exactly the files it lists. The partial is written as parquet to a hidden temporary
+directory beside OUTPUT and renamed into place; a retry overwrites only its own OUTPUT.
+``OUTPUT.metrics.json`` records units, bytes, rows in/out, wall, CPU and task seconds,
+and a ``batch`` line goes to ``STATE/cost_history.jsonl`` (STATE is derived from the
+manifest's place in the layout, or given with ``--state-dir``).
+
+Test hook: with ``AIRFLOW_IQP_PAUSE_BEFORE_RENAME=SECONDS`` in the environment the job
+sleeps that long after the partial is completely written to its temporary path and
+before the rename, so a test can kill it at exactly that point.
+
+No Airflow import here: this file runs on a Spark driver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+PAUSE_ENV = "AIRFLOW_IQP_PAUSE_BEFORE_RENAME"
+
+
+def metrics_path_for(output: str | os.PathLike) -> Path:
+    return Path(str(output).rstrip("/") + ".metrics.json")
+
+
+def _pause_hook(tmp: Path) -> None:
+    seconds = float(os.environ.get(PAUSE_ENV, "0") or 0)
+    if seconds > 0:
+        print(f"airflow-iqp: partial written to {tmp}; pausing {seconds}s before rename", file=sys.stderr, flush=True)
+        time.sleep(seconds)
+
+
+def _remove_stale_temps(output: Path) -> None:
+    """Temp directories left by a killed attempt of this same batch."""
+    for p in output.parent.glob(f".{output.name}.tmp-*"):
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static_dir: str | None,
+                  output: str | os.PathLike, *, state_dir: str | os.PathLike | None = None,
+                  history: bool = True, backend: str | None = None) -> dict:
+    """Run one batch end to end in ``spark``: read the claim, compute, write, record. Returns the metrics."""
+    from airflow_iqp.errors import ConfigError
+    from airflow_iqp.spark.jobmetrics import StepMeter, backend_name
+    from airflow_iqp.spark.queries import get_query
+    from airflow_iqp.spark.steps import check_input_files, parquet_rows, run_batch, write_atomic
+    from airflow_iqp.state import WindowState, append_cost_history, atomic_write_json, batch_of, read_json
+
+    query = get_query(query_id)
+    manifest_path = Path(manifest_path)
+    if not manifest_path.is_file():
+        raise ConfigError(f"{manifest_path}: claim manifest does not exist", field="manifest")
+    manifest = read_json(manifest_path)
+    files = [str(f) for f in manifest.get("files", [])]
+    output = Path(output)
+    backend = backend or backend_name(spark)
+    window = None
+    if state_dir is None:
+        try:
+            ws = WindowState.from_claim_path(manifest_path)
+            state_dir, window = ws.state_dir, ws.window_id
+        except ConfigError:
+            state_dir = None
+    _remove_stale_temps(output)
+    with StepMeter(spark) as meter:
+        infos = check_input_files(files, query.streams)
+        df = run_batch(spark, query, files, static_dir)
+        write_atomic(df, output, before_rename=_pause_hook)
+    metrics = {
+        "query": query.id,
+        "batch": manifest.get("batch", batch_of(manifest_path)),
+        "manifest": str(manifest_path),
+        "units": len(manifest.get("units", [])),
+        "unit_ids": list(manifest.get("units", [])),
+        "files": len(infos),
+        "bytes": sum(i.bytes or 0 for i in infos),
+        "rows_in": sum(i.rows or 0 for i in infos),
+        "rows_out": parquet_rows(output),
+        "wall_seconds": meter.wall_seconds,
+        "cpu_seconds": meter.cpu_seconds,
+        "task_seconds": meter.task_seconds,
+        "backend": backend,
+        "written_at": time.time(),
+    }
+    atomic_write_json(metrics_path_for(output), metrics)
+    if history and state_dir is not None:
+        append_cost_history(state_dir, query=query.id, kind="batch", units=metrics["units"], batches=1,
+                            wall_seconds=meter.wall_seconds, cpu_seconds=meter.cpu_seconds,
+                            task_seconds=meter.task_seconds, backend=backend, window=window)
+    return metrics
+
+
+def build_session(app_name: str):
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.appName(app_name).getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("AIRFLOW_IQP_SPARK_LOG_LEVEL", "WARN"))
+    return spark
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="batch_job.py", description=__doc__.split("\n")[0])
+    parser.add_argument("query")
+    parser.add_argument("manifest")
+    parser.add_argument("static_dir")
+    parser.add_argument("output")
+    parser.add_argument("--state-dir")
+    parser.add_argument("--no-history", action="store_true")
+    args = parser.parse_args(argv)
+
+    from airflow_iqp.errors import IQPError
+
+    spark = build_session(f"iqp-batch-{args.query}-{Path(args.output).name}")
+    try:
+        metrics = execute_batch(spark, args.query, args.manifest, args.static_dir or None, args.output,
+                                state_dir=args.state_dir, history=not args.no_history)
+    except IQPError as exc:
+        print(f"airflow-iqp batch_job: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        spark.stop()
+    print(f"airflow-iqp batch_job: wrote {args.output} ({metrics['rows_out']} rows, "
+          f"{metrics['wall_seconds']:.2f}s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

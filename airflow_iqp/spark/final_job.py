@@ -1,0 +1,125 @@
+"""spark-submit application: the final aggregation of one window.
+
+    spark-submit final_job.py QUERY_ID WINDOW_DIR [--expect-units N] [--no-history]
+
+WINDOW_DIR is ``STATE/<query>/<window>``. The job merges every batch's partial
+(``partials/batch-NNNN/``) into ``result/`` (written to a hidden temporary directory and
+renamed into place), then writes ``result.manifest.json`` last: its presence marks the
+result complete. Before merging it checks coverage: every claimed batch has a partial,
+and every unit is covered exactly once across the partials (a unit in two partials is an
+error naming both batches).
+
+No Airflow import here: this file runs on a Spark driver.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def check_coverage(ws, expect_units: int | None = None) -> dict:
+    """The partials of a window and the units/files they cover; raises DataError on a gap or overlap."""
+    from airflow_iqp.errors import DataError
+    from airflow_iqp.state import batch_of, read_claims
+
+    claims = read_claims(ws)
+    partial_dirs = {}
+    if ws.partials_dir.is_dir():
+        for p in ws.partials_dir.iterdir():
+            if p.is_dir() and not p.name.startswith(".") and p.name.startswith("batch-"):
+                partial_dirs[batch_of(p)] = p
+    missing = sorted(set(claims) - set(partial_dirs))
+    if missing:
+        raise DataError(f"{ws.root}: batch(es) {missing} claimed input but have no partial result yet; "
+                        f"run them before the final aggregation")
+    unclaimed = sorted(set(partial_dirs) - set(claims))
+    if unclaimed:
+        raise DataError(f"{ws.root}: partial(s) of batch(es) {unclaimed} have no claim manifest")
+    owner: dict[str, int] = {}
+    owner_file: dict[str, int] = {}
+    for b in sorted(partial_dirs):
+        for u in claims[b].get("units", []):
+            if u in owner:
+                raise DataError(f"{ws.root}: unit {u} is covered by two partials, batch {owner[u]} and batch {b}")
+            owner[u] = b
+        for f in claims[b].get("files", []):
+            if f in owner_file:
+                raise DataError(f"{ws.root}: file {f} is covered by two partials, batch {owner_file[f]} and batch {b}")
+            owner_file[f] = b
+    if expect_units is not None and len(owner) != expect_units:
+        raise DataError(f"{ws.root}: partials cover {len(owner)} units, expected {expect_units}")
+    return {
+        "batches": sorted(partial_dirs),
+        "partials": [str(partial_dirs[b]) for b in sorted(partial_dirs)],
+        "units": [u for b in sorted(partial_dirs) for u in claims[b].get("units", [])],
+        "files": [f for b in sorted(partial_dirs) for f in claims[b].get("files", [])],
+    }
+
+
+def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect_units: int | None = None,
+                  history: bool = True, backend: str | None = None) -> dict:
+    """Merge a window's partials into its result; return the result manifest."""
+    from airflow_iqp.errors import ConfigError
+    from airflow_iqp.spark.jobmetrics import StepMeter, backend_name
+    from airflow_iqp.spark.queries import get_query
+    from airflow_iqp.spark.steps import parquet_rows, run_final, write_atomic
+    from airflow_iqp.state import WindowState, append_cost_history, atomic_write_json
+
+    query = get_query(query_id)
+    window_dir = Path(window_dir).absolute()
+    if not window_dir.is_dir():
+        raise ConfigError(f"{window_dir}: window state directory does not exist", field="window_dir")
+    ws = WindowState(window_dir.parents[1], window_dir.parent.name, window_dir.name)
+    if ws.query_id != query.id:
+        raise ConfigError(f"{window_dir} belongs to query {ws.query_id}, not {query.id}", field="window_dir")
+    cover = check_coverage(ws, expect_units)
+    backend = backend or backend_name(spark)
+    with StepMeter(spark) as meter:
+        df = run_final(spark, query, cover["partials"])
+        write_atomic(df, ws.result_dir)
+    manifest = {
+        "query": query.id, "window": ws.window_id, "result": str(ws.result_dir),
+        **cover,
+        "rows_out": parquet_rows(ws.result_dir),
+        "wall_seconds": meter.wall_seconds, "cpu_seconds": meter.cpu_seconds, "task_seconds": meter.task_seconds,
+        "backend": backend, "written_at": time.time(),
+    }
+    atomic_write_json(ws.result_manifest, manifest)
+    if history:
+        append_cost_history(ws.state_dir, query=query.id, kind="final", units=len(cover["units"]),
+                            batches=len(cover["partials"]), wall_seconds=meter.wall_seconds,
+                            cpu_seconds=meter.cpu_seconds, task_seconds=meter.task_seconds,
+                            backend=backend, window=ws.window_id)
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="final_job.py", description=__doc__.split("\n")[0])
+    parser.add_argument("query")
+    parser.add_argument("window_dir")
+    parser.add_argument("--expect-units", type=int)
+    parser.add_argument("--no-history", action="store_true")
+    args = parser.parse_args(argv)
+
+    from airflow_iqp.errors import IQPError
+    from airflow_iqp.spark.batch_job import build_session
+
+    spark = build_session(f"iqp-final-{args.query}-{Path(args.window_dir).name}")
+    try:
+        manifest = execute_final(spark, args.query, args.window_dir, expect_units=args.expect_units,
+                                 history=not args.no_history)
+    except IQPError as exc:
+        print(f"airflow-iqp final_job: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        spark.stop()
+    print(f"airflow-iqp final_job: wrote {manifest['result']} from {len(manifest['partials'])} partials", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""Run one window offline, without Airflow: K batch jobs and one final job via spark-submit."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from airflow_iqp.errors import ConfigError, DataError
+from airflow_iqp.spark.queries import get_query
+from airflow_iqp.spark.submit import build_pyfiles_zip, job_path, run_submit, submit_args
+from airflow_iqp.state import WindowState, claim_units, list_ready_units, read_json, unit_files
+
+
+def resolve_data(data: str | os.PathLike, static: str | os.PathLike | None = None) -> tuple[Path, Path | None]:
+    """(landing dir, static dir) for a generated data dir (``units/`` + ``static/``) or a landing dir."""
+    data = Path(data)
+    if not data.is_dir():
+        raise ConfigError(f"{data} is not a directory", field="data")
+    if (data / "units").is_dir():
+        landing = data / "units"
+        static = Path(static) if static else (data / "static" if (data / "static").is_dir() else None)
+    else:
+        landing, static = data, (Path(static) if static else None)
+    if static is not None and not static.is_dir():
+        raise ConfigError(f"{static} is not a directory", field="static")
+    return landing, static
+
+
+def split_consecutive(items: Sequence, k: int) -> list[list]:
+    """Cut ``items`` into ``k`` consecutive, nearly equal parts (earlier parts one larger)."""
+    if int(k) != k or k < 1:
+        raise ConfigError(f"must be an integer >= 1, got {k!r}", field="batches")
+    n = len(items)
+    q, r = divmod(n, k)
+    out, i = [], 0
+    for b in range(k):
+        size = q + (1 if b < r else 0)
+        out.append(list(items[i:i + size]))
+        i += size
+    return out
+
+
+def run_window(query_id: str, data: str | os.PathLike, batches: int, out: str | os.PathLike, *,
+               static: str | os.PathLike | None = None, window_id: str = "w0", master: str = "local[*]",
+               conf: Mapping[str, str] | None = None, ship_package: bool | None = None,
+               timeout: float | None = None, log=None) -> dict:
+    """Claim and run ``batches`` consecutive batches of a window's units, then the final job.
+
+    Returns ``{"result", "manifest", "batches": [{"batch","units","files","wall_seconds","cpu_seconds",
+    "job"}], "final": {"wall_seconds","cpu_seconds","job"}}`` where wall/CPU seconds are
+    those of each whole spark-submit process tree and ``job`` the job's own metrics.
+    """
+    query = get_query(query_id)
+    landing, static_dir = resolve_data(data, static)
+    if query.static and static_dir is None:
+        raise ConfigError(f"query {query.id} needs static tables {', '.join(query.static)}; give --static",
+                          field="static")
+    units = list_ready_units(landing)
+    if units and batches > len(units):
+        raise ConfigError(f"{batches} batches for {len(units)} units; use at most {len(units)}", field="batches")
+    ws = WindowState(Path(out).absolute(), query.id, window_id)
+    ship = (not master.startswith("local")) if ship_package is None else ship_package
+    py_files = str(build_pyfiles_zip(ws.root / ".pyfiles" / "airflow_iqp.zip")) if ship else None
+    report = {"query": query.id, "window": window_id, "result": str(ws.result_dir), "manifest": str(ws.result_manifest),
+              "batches": [], "final": None}
+    for b, chunk in enumerate(split_consecutive(units, batches)):
+        manifest = claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
+        argv = submit_args(job_path("batch"), [query.id, ws.claim_path(b), str(static_dir or ""), ws.partial_path(b)],
+                           master=master, conf=conf, py_files=py_files, name=f"iqp-{query.id}-{window_id}-b{b}")
+        res = run_submit(argv, timeout=timeout)
+        if res.returncode != 0:
+            raise DataError(f"batch {b} of {query.id} failed (exit {res.returncode}):\n{res.tail()}")
+        job = read_json(Path(str(ws.partial_path(b)) + ".metrics.json"))
+        report["batches"].append({"batch": b, "units": manifest["units"], "files": manifest["files"],
+                                  "wall_seconds": res.wall_seconds, "cpu_seconds": res.cpu_seconds, "job": job})
+        if log:
+            log(f"batch {b}: {len(manifest['units'])} units, {res.wall_seconds:.1f}s wall, {res.cpu_seconds:.1f}s cpu")
+    argv = submit_args(job_path("final"), [query.id, ws.root, "--expect-units", str(len(units))],
+                       master=master, conf=conf, py_files=py_files, name=f"iqp-{query.id}-{window_id}-final")
+    res = run_submit(argv, timeout=timeout)
+    if res.returncode != 0:
+        raise DataError(f"final aggregation of {query.id} failed (exit {res.returncode}):\n{res.tail()}")
+    report["final"] = {"wall_seconds": res.wall_seconds, "cpu_seconds": res.cpu_seconds,
+                       "job": read_json(ws.result_manifest)}
+    if log:
+        log(f"final: {res.wall_seconds:.1f}s wall, {res.cpu_seconds:.1f}s cpu -> {ws.result_dir}")
+    return report
