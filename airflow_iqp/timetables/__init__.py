@@ -1,0 +1,1 @@
+"""Timetables of airflow-iqp."""
