@@ -1,0 +1,110 @@
+"""A deadline reference for query windows: "the run's window end", never for backfills.
+
+Use it in a DAG (Airflow 3.3 Task SDK)::
+
+    from airflow.sdk import AsyncCallback, DeadlineAlert
+    from airflow_iqp.deadlines import WindowEndDeadline, log_deadline_missed
+
+    DAG(
+        ...,
+        schedule=WindowTimetable(window=timedelta(days=1), deadline_offset=timedelta(hours=2)),
+        deadline=DeadlineAlert(
+            reference=WindowEndDeadline(),
+            interval=timedelta(hours=2),  # the deadline offset after the window's end
+            callback=AsyncCallback(log_deadline_missed, kwargs={"query": "orders_per_priority"}),
+        ),
+    )
+
+(:func:`window_deadline_alert` builds that alert from a ``WindowTimetable``.)
+
+How Airflow 3.3 handles it: when a DAG run is created the scheduler evaluates every
+``DeadlineAlert`` of the DAG version (``SerializedDAG._process_dagrun_deadline_alerts``),
+for every run type, backfills included. A custom reference is serialized with its
+``__class_path`` and, in the scheduler, looked up among the classes that plugins list in
+``deadline_references`` (``airflow.serialization.helpers.find_registered_custom_deadline_reference``),
+so ``IQPPlugin`` registers this class. ``_evaluate_with`` returning ``None`` means "no
+deadline for this run": no row is written to the ``deadline`` table and nothing fires.
+A backfill run is recognisable by ``dag_run.run_type == "backfill"`` (its
+``triggered_by`` is ``"backfill"`` too; the run also carries a ``backfill_id``).
+When the deadline passes while the run is unfinished, the scheduler marks it missed and
+queues the callback; an ``AsyncCallback`` runs in the triggerer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import AsyncCallback, BaseDeadlineReference, DeadlineAlert
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+log = logging.getLogger(__name__)
+
+#: Environment variable naming a directory where :func:`log_deadline_missed` also drops a
+#: JSON file per missed deadline (used by tests; harmless when unset).
+MARKER_DIR_ENV = "AIRFLOW_IQP_DEADLINE_MARKER_DIR"
+
+
+class WindowEndDeadline(BaseDeadlineReference):
+    """Deadline base time = the run's ``data_interval_end`` (its window's end).
+
+    Gives no deadline for backfill runs (old windows re-run later are not late) and for
+    runs without a data interval (a manual run triggered without a logical date).
+    """
+
+    required_kwargs = {"dag_id", "run_id"}
+
+    def _evaluate_with(self, *, session: Session, dag_id: str, run_id: str, **kwargs: Any) -> datetime | None:
+        from sqlalchemy import select
+
+        from airflow.models.dagrun import DagRun
+        from airflow.utils.types import DagRunType
+
+        row = session.execute(
+            select(DagRun.data_interval_end, DagRun.run_type).where(
+                DagRun.dag_id == dag_id, DagRun.run_id == run_id
+            )
+        ).first()
+        if row is None:
+            return None
+        end, run_type = row
+        if run_type == DagRunType.BACKFILL_JOB or end is None:
+            return None
+        return end
+
+
+async def log_deadline_missed(context: dict | None = None, **kwargs: Any) -> None:
+    """Default ``AsyncCallback`` target: log the missed deadline (runs in the triggerer)."""
+    context = context or {}
+    dag_run = context.get("dag_run") or {}
+    deadline = context.get("deadline") or {}
+    record = {"kwargs": kwargs, "dag_run": _jsonable(dag_run), "deadline": _jsonable(deadline)}
+    log.warning("IQP deadline missed: %s", json.dumps(record, default=str))
+    marker_dir = os.environ.get(MARKER_DIR_ENV)
+    if marker_dir:
+        run_id = str(dag_run.get("run_id", "unknown")).replace("/", "_").replace(":", "_")
+        path = os.path.join(marker_dir, f"missed-{run_id}.json")
+        with open(path + ".tmp", "w") as fh:
+            json.dump(record, fh, default=str)
+        os.replace(path + ".tmp", path)
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        return json.loads(json.dumps(value, default=str))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def window_deadline_alert(
+    deadline_offset: timedelta, callback: Any = None, name: str | None = "iqp-window-deadline"
+) -> DeadlineAlert:
+    """A ``DeadlineAlert`` at window end + ``deadline_offset`` (default callback: log it)."""
+    if callback is None:
+        callback = AsyncCallback(log_deadline_missed)
+    return DeadlineAlert(reference=WindowEndDeadline(), interval=deadline_offset, callback=callback, name=name)

@@ -1,0 +1,218 @@
+"""Priority-weight strategies for the per-batch mapped tasks: EDF, LLF and SJF.
+
+Use them on the mapped batch task by qualified class name (the string form that
+Airflow 3.3 resolves through plugin-registered strategies)::
+
+    run_batch.partial(weight_rule="airflow_iqp.priority.LLFPriority").expand(...)
+
+or pass an instance (``weight_rule=LLFPriority()``); both serialize to the qualified name.
+Short names are not supported by Airflow: only "absolute"/"downstream"/"upstream" are.
+
+How the weight is found. Airflow calls ``get_weight(ti)`` in the scheduler (which has
+metadata-DB access) when it creates a task instance, and stores the result in
+``task_instance.priority_weight`` (32-bit). For a mapped task that happens
+
+* when the run is created, for the single unexpanded TI (``map_index=-1``; the
+  TaskInstance is transient and the plan does not exist yet), and
+* when the upstream ``plan`` task has finished and the scheduler expands the task: for
+  map indexes >= 1 via ``TaskInstance.refresh_from_task`` on a TI attached to the
+  scheduler's session. **Map index 0 is the old unexpanded TI renamed in place**
+  (``airflow.models.taskmap.TaskMap.expand_mapped_task``): Airflow does not recompute its
+  weight, it only calls the ``task_instance_mutation_hook`` cluster policy on it. The
+  :func:`task_instance_mutation_hook` below, registered as an ``airflow.policy`` entry
+  point or from ``airflow_local_settings.py``, recomputes it.
+
+The per-batch key comes from the plan: the ``return_value`` XCom of the upstream task
+``plan`` (``PLAN_TASK_ID``), a list of dicts, one per batch, with ``index`` (1-based,
+``map_index + 1``), ``deadline_ts`` (epoch s), ``remaining_cost`` (s, this batch to the
+end incl. final aggregation) and ``cost`` (s). It is read in the scheduler's own session
+when the TI has one (so it sees the same transaction), else in a new session. Without a
+plan entry EDF falls back to the run's deadline (``data_interval_end`` plus the
+``WindowTimetable``'s ``deadline_offset``); otherwise the weight is ``NEUTRAL_WEIGHT``.
+
+Weights: a smaller key must give a larger weight, within the DB's int32. ``weight =
+BASE - (key - REFERENCE) / resolution`` clamped to ``[1, 2**31 - 1]``; BASE = 2**30, so
+with 1 s resolution EDF/LLF keys are ordered correctly for +-34 years around 2025 and
+SJF (1 ms resolution) for costs up to 12 days. All weights are far above Airflow's
+default weights (1 + downstream count), so batches outrank plain tasks in pool queues.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from airflow.policies import hookimpl
+from airflow.task.priority_strategy import PriorityWeightStrategy
+
+if TYPE_CHECKING:
+    from airflow.models.taskinstance import TaskInstance
+
+log = logging.getLogger(__name__)
+
+PLAN_TASK_ID = "plan"
+DB_MAX = 2**31 - 1
+BASE = 2**30
+REFERENCE_TS = 1735689600.0  # 2025-01-01T00:00:00Z
+NEUTRAL_WEIGHT = 1
+
+
+def descending_weight(key: float, resolution: float, reference: float = 0.0) -> int:
+    """Map a key (smaller = more urgent) to a valid int32 weight (larger = more urgent)."""
+    raw = BASE - round((key - reference) / resolution)
+    return max(1, min(DB_MAX, raw))
+
+
+def _session_of(ti: Any):
+    from sqlalchemy.orm import object_session
+
+    try:
+        return object_session(ti)
+    except Exception:  # noqa: BLE001 - unmapped/transient objects
+        return None
+
+
+def _read_plan(ti: Any, session) -> list[dict] | None:
+    from sqlalchemy import select
+
+    from airflow.models.xcom import XComModel
+
+    row = session.execute(
+        select(XComModel.value).where(
+            XComModel.dag_id == ti.dag_id,
+            XComModel.run_id == ti.run_id,
+            XComModel.task_id == PLAN_TASK_ID,
+            XComModel.key == "return_value",
+            XComModel.map_index == -1,
+        )
+    ).first()
+    if row is None:
+        return None
+    value = XComModel.deserialize_value(row)
+    return value if isinstance(value, list) else None
+
+
+def plan_entry(ti: Any) -> dict | None:
+    """The plan's entry for ``ti.map_index`` (``index == map_index + 1``), or None."""
+    if ti.map_index is None or ti.map_index < 0 or not ti.run_id:
+        return None
+    session = _session_of(ti)
+    try:
+        if session is not None:
+            plan = _read_plan(ti, session)
+        else:
+            from airflow.utils.session import create_session
+
+            with create_session() as new_session:
+                plan = _read_plan(ti, new_session)
+    except Exception:  # noqa: BLE001 - a weight must never break scheduling
+        log.exception("could not read the plan of %s/%s", ti.dag_id, ti.run_id)
+        return None
+    if not plan:
+        return None
+    wanted = ti.map_index + 1
+    for entry in plan:
+        if isinstance(entry, dict) and entry.get("index") == wanted:
+            return entry
+    return None
+
+
+def run_deadline_ts(ti: Any) -> float | None:
+    """The run's deadline from its data interval and a WindowTimetable, if both are known."""
+    session = _session_of(ti)
+    if session is None:
+        return None
+    try:
+        from airflow.models.dagrun import DagRun
+        from sqlalchemy import select
+
+        end = session.scalar(
+            select(DagRun.data_interval_end).where(DagRun.dag_id == ti.dag_id, DagRun.run_id == ti.run_id)
+        )
+        timetable = getattr(getattr(ti.task, "dag", None), "timetable", None)
+        offset = getattr(timetable, "deadline_offset", None)
+        if end is None or offset is None:
+            return None
+        return (end + offset).timestamp()
+    except Exception:  # noqa: BLE001
+        log.exception("could not read the run deadline of %s/%s", ti.dag_id, ti.run_id)
+        return None
+
+
+class _PlanKeyPriority(PriorityWeightStrategy):
+    """A weight from one number per batch: smaller key = higher weight."""
+
+    resolution: float = 1.0
+    reference: float = REFERENCE_TS
+
+    def key(self, entry: dict) -> float:
+        raise NotImplementedError
+
+    def fallback_key(self, ti: Any) -> float | None:
+        return None
+
+    def get_weight(self, ti: TaskInstance) -> int:
+        entry = plan_entry(ti)
+        try:
+            key = self.key(entry) if entry is not None else self.fallback_key(ti)
+        except (KeyError, TypeError, ValueError):
+            log.warning("plan entry %r of %s lacks the key for %s", entry, ti.run_id, type(self).__name__)
+            key = self.fallback_key(ti)
+        if key is None:
+            return NEUTRAL_WEIGHT
+        return descending_weight(float(key), self.resolution, self.reference)
+
+
+class EDFPriority(_PlanKeyPriority):
+    """Earliest deadline first: key = the query's deadline (epoch seconds)."""
+
+    def key(self, entry: dict) -> float:
+        return float(entry["deadline_ts"])
+
+    def fallback_key(self, ti: Any) -> float | None:
+        return run_deadline_ts(ti)
+
+
+class LLFPriority(_PlanKeyPriority):
+    """Least laxity first: key = deadline - remaining planned work from this batch on.
+
+    Laxity at time t is ``deadline - t - remaining_cost``; t is the same for every
+    candidate at a given moment, so the static key ``deadline - remaining_cost`` orders
+    batches exactly as laxity does.
+    """
+
+    def key(self, entry: dict) -> float:
+        return float(entry["deadline_ts"]) - float(entry["remaining_cost"])
+
+
+class SJFPriority(_PlanKeyPriority):
+    """Shortest job first: key = this batch's planned seconds (1 ms resolution)."""
+
+    resolution = 0.001
+    reference = 0.0
+
+    def key(self, entry: dict) -> float:
+        return float(entry["cost"])
+
+
+STRATEGIES: tuple[type[PriorityWeightStrategy], ...] = (EDFPriority, LLFPriority, SJFPriority)
+
+
+@hookimpl
+def task_instance_mutation_hook(task_instance: Any, dag_run: Any) -> None:
+    """Cluster policy: recompute IQP weights when Airflow mutates a TI without doing so.
+
+    Airflow renames the unexpanded TI to map index 0 and only calls this hook on it, so
+    without the hook batch 1 keeps the weight computed before the plan existed. Register
+    with an ``airflow.policy`` entry point pointing at this module, or import it in
+    ``airflow_local_settings.py``.
+    """
+    task = getattr(task_instance, "task", None)
+    if task is None or task_instance.map_index is None or task_instance.map_index < 0:
+        return
+    try:
+        rule = task.weight_rule
+    except Exception:  # noqa: BLE001
+        return
+    if isinstance(rule, _PlanKeyPriority):
+        task_instance.priority_weight = rule.get_weight(task_instance)
