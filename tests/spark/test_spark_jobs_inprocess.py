@@ -1,0 +1,142 @@
+"""The job code (claims, atomic partials, metrics, coverage checks) driven in one SparkSession."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import assert_same_rows, duckdb_reference
+
+from airflow_iqp.errors import DataError
+from airflow_iqp.spark.batch_job import execute_batch
+from airflow_iqp.spark.final_job import execute_final
+from airflow_iqp.spark.queries import get_query
+from airflow_iqp.spark.steps import run_batch, run_final, write_atomic
+from airflow_iqp.spark.window import split_consecutive
+from airflow_iqp.state import WindowState, atomic_write_json, claim_units, read_cost_history, unit_files
+
+pytestmark = pytest.mark.spark
+
+
+def result_rows(spark, ws: WindowState) -> list[tuple]:
+    return [tuple(r) for r in spark.read.parquet(str(ws.result_dir)).collect()]
+
+
+def run_window_inprocess(spark, qid, units, static, state, window="w", k=3) -> WindowState:
+    query = get_query(qid)
+    ws = WindowState(state, qid, window)
+    for b, chunk in enumerate(split_consecutive(units, k)):
+        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
+        execute_batch(spark, qid, ws.claim_path(b), str(static), ws.partial_path(b))
+    execute_final(spark, qid, ws.root, expect_units=len(units))
+    return ws
+
+
+def test_pyspark_python_version_equals_jvm_version(spark):
+    import pyspark
+
+    assert spark.version == pyspark.__version__
+    # spark.version asks the JVM session; JavaSparkContext.version() is the JVM's SPARK_VERSION
+    assert spark.sparkContext._jsc.version() == pyspark.__version__
+
+
+def test_units_keep_orders_with_their_lineitems(units):
+    for u in units:
+        o = pq.read_table(u / "orders.parquet", columns=["o_orderkey", "o_eventtime"])
+        li = pq.read_table(u / "lineitem.parquet", columns=["l_orderkey", "l_eventtime"])
+        assert set(li.column("l_orderkey").to_pylist()) <= set(o.column("o_orderkey").to_pylist())
+        assert len(o) > 0 and len(li) > 0
+        # event times lie in the unit's slot of the window (1 s per unit by default)
+        i = int(u.name)
+        for col in (o.column("o_eventtime"), li.column("l_eventtime")):
+            secs = [t.timestamp() - 1767225600 for t in col.to_pylist()]
+            assert i <= min(secs) and max(secs) < i + 1
+
+
+def test_retried_batch_leaves_the_result_unchanged(spark, units, tpch_dir, tmp_path):
+    ws = run_window_inprocess(spark, "q4", units, tpch_dir / "static", tmp_path)
+    before = result_rows(spark, ws)
+    manifest_before = json.loads(ws.claim_path(1).read_text())
+    # a retry of batch 1: the claim returns the same manifest, the job overwrites only its partial
+    again = claim_units(ws, 1, ["000000"], ["/other"])
+    assert again == manifest_before
+    other_partial = sorted(p.name for p in ws.partial_path(0).iterdir())
+    execute_batch(spark, "q4", ws.claim_path(1), str(tpch_dir / "static"), ws.partial_path(1))
+    assert sorted(p.name for p in ws.partial_path(0).iterdir()) == other_partial
+    execute_final(spark, "q4", ws.root, expect_units=len(units))
+    after = result_rows(spark, ws)
+    assert_same_rows(after, before, ordered=True, label="q4 after retry")
+    cols, ref = duckdb_reference("q4", units, tpch_dir / "static")
+    assert_same_rows(after, ref, ordered=True, label="q4 vs duckdb")
+    hist = read_cost_history(tmp_path, query="q4")
+    assert [r["kind"] for r in hist] == ["batch", "batch", "batch", "final", "batch", "final"]
+    metrics = json.loads(ws.metrics_path(1).read_text())
+    assert metrics["units"] == 2 and metrics["rows_in"] > 0 and metrics["bytes"] > 0
+    assert metrics["rows_out"] == len(spark.read.parquet(str(ws.partial_path(1))).collect())
+    assert metrics["task_seconds"] is not None and metrics["task_seconds"] > 0
+    assert metrics["cpu_seconds"] > 0 and metrics["wall_seconds"] > 0
+    result_manifest = json.loads(ws.result_manifest.read_text())
+    assert result_manifest["units"] == [u.name for u in units]
+    assert result_manifest["batches"] == [0, 1, 2]
+    assert len(result_manifest["files"]) == 2 * len(units)
+
+
+def test_a_unit_in_two_partials_is_an_error_naming_both_batches(spark, units, tpch_dir, tmp_path):
+    ws = run_window_inprocess(spark, "cq1", units, tpch_dir / "static", tmp_path, k=2)
+    # forge a third batch covering a unit of batch 1 (claim_units would refuse it)
+    atomic_write_json(ws.claim_path(2), {"batch": 2, "units": [units[4].name], "files": [], "claimed_at": 0})
+    shutil.copytree(ws.partial_path(1), ws.partial_path(2))
+    with pytest.raises(DataError, match=rf"unit {units[4].name} is covered by two partials, batch 1 and batch 2"):
+        execute_final(spark, "cq1", ws.root)
+
+
+def test_a_claimed_batch_without_partial_blocks_the_final(spark, units, tpch_dir, tmp_path):
+    ws = run_window_inprocess(spark, "cq1", units, tpch_dir / "static", tmp_path, k=2)
+    claim_units(ws, 2, ["999999"], [])
+    with pytest.raises(DataError, match=r"batch\(es\) \[2\] claimed input but have no partial"):
+        execute_final(spark, "cq1", ws.root)
+
+
+def test_corrupt_parquet_names_the_file(spark, units, tmp_path):
+    bad = tmp_path / "000099" / "orders.parquet"
+    bad.parent.mkdir()
+    data = (units[0] / "orders.parquet").read_bytes()
+    bad.write_bytes(data[: len(data) // 2])  # truncated: no footer
+    files = unit_files(units[:1], ["orders"]) + [str(bad)]
+    with pytest.raises(DataError, match=rf"{bad}: not a readable parquet file"):
+        run_batch(spark, "cq2", files, None)
+    garbage = tmp_path / "000098" / "orders.parquet"
+    garbage.parent.mkdir()
+    garbage.write_bytes(b"PAR1" + b"\x00" * 100 + b"PAR1")
+    with pytest.raises(DataError, match=rf"{garbage}: not a readable parquet file"):
+        run_batch(spark, "cq2", [str(garbage)], None)
+
+
+def test_wrong_schema_names_the_file_and_column(spark, units, tmp_path):
+    table = pq.read_table(units[0] / "lineitem.parquet")
+    renamed = tmp_path / "000001" / "lineitem.parquet"
+    renamed.parent.mkdir()
+    pq.write_table(table.rename_columns(["x_" + c if c == "l_suppkey" else c for c in table.column_names]), renamed)
+    with pytest.raises(DataError, match=rf"{renamed}: wrong schema for stream lineitem: column l_suppkey is missing"):
+        run_batch(spark, "cq3", [str(renamed)], None)
+    retyped = tmp_path / "000002" / "lineitem.parquet"
+    retyped.parent.mkdir()
+    idx = table.schema.get_field_index("l_quantity")
+    pq.write_table(table.set_column(idx, "l_quantity", table.column(idx).cast(pa.float64())), retyped)
+    with pytest.raises(DataError, match=rf"{retyped}: .*column l_quantity is double, expected DECIMAL\(15,2\)"):
+        run_batch(spark, "q1", [str(retyped)], None)
+
+
+def test_empty_window_gives_zero_count_or_empty_result(spark, tpch_dir, tmp_path):
+    for qid, want in (("cq1", [(0,)]), ("cq2", []), ("q4", [])):
+        df = run_batch(spark, qid, [], tpch_dir / "static")
+        path = write_atomic(df, tmp_path / qid / "batch-0000")
+        got = [tuple(r) for r in run_final(spark, qid, [str(path)]).collect()]
+        assert got == want, qid
+        cols, ref = duckdb_reference(qid, [], tpch_dir / "static")
+        assert_same_rows(got, ref, ordered=True, label=f"{qid} empty")

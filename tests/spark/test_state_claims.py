@@ -1,0 +1,134 @@
+"""claim_units, list_ready_units, cost history and atomic writes (pure Python, no Spark)."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+from pathlib import Path
+
+import pytest
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.state import (
+    ClaimError, WindowState, append_cost_history, atomic_write_json, claim_units, list_ready_units,
+    read_claims, read_cost_history, replace_dir, temp_sibling, unit_files,
+)
+
+
+def test_paths_follow_the_layout(tmp_path):
+    ws = WindowState(tmp_path, "CQ2", "2026-01-01")
+    assert ws.claim_path(7) == tmp_path / "cq2" / "2026-01-01" / "claims" / "batch-0007.json"
+    assert ws.partial_path(7) == tmp_path / "cq2" / "2026-01-01" / "partials" / "batch-0007"
+    assert ws.metrics_path(7) == tmp_path / "cq2" / "2026-01-01" / "partials" / "batch-0007.metrics.json"
+    assert ws.result_dir == tmp_path / "cq2" / "2026-01-01" / "result"
+    assert ws.result_manifest == tmp_path / "cq2" / "2026-01-01" / "result.manifest.json"
+    assert ws.cost_history == tmp_path / "cost_history.jsonl"
+    assert WindowState.from_claim_path(ws.claim_path(7)) == ws
+    with pytest.raises(ConfigError):
+        WindowState(tmp_path, "cq2", "../etc")
+    with pytest.raises(ConfigError):
+        ws.claim_path(-1)
+
+
+def test_double_claim_is_refused_and_retry_returns_the_same_manifest(tmp_path):
+    ws = WindowState(tmp_path, "cq2", "w")
+    first = claim_units(ws, 0, ["000000", "000001"], ["a/orders.parquet", "b/orders.parquet"])
+    assert first["units"] == ["000000", "000001"] and first["batch"] == 0 and "claimed_at" in first
+    with pytest.raises(ClaimError, match=r"unit 000001 is already claimed by batch 0"):
+        claim_units(ws, 1, ["000001", "000002"], ["c/orders.parquet"])
+    with pytest.raises(ClaimError, match=r"file a/orders.parquet is already claimed by batch 0"):
+        claim_units(ws, 1, ["000009"], ["a/orders.parquet"])
+    # the refused claims left nothing behind
+    assert list(read_claims(ws)) == [0]
+    # a retry of batch 0 re-reads its manifest unchanged, whatever it asks for now
+    again = claim_units(ws, 0, ["000005"], ["z"])
+    assert again == first
+    assert json.loads(ws.claim_path(0).read_text()) == first
+    second = claim_units(ws, 1, ["000002"], ["c/orders.parquet"])
+    assert second["units"] == ["000002"]
+    assert not [p for p in ws.claims_dir.iterdir() if p.name.startswith(".") and p.name != ".lock"]
+
+
+def _claimer(state_dir: str, worker: int, n_units: int, queue, barrier) -> None:
+    ws = WindowState(state_dir, "cq3", "w")
+    won = []
+    barrier.wait()  # both processes start claiming at the same moment
+    for start in range(n_units):
+        batch = worker * 1000 + start
+        units = [f"{u:06d}" for u in range(start, min(start + 3, n_units))]
+        try:
+            claim_units(ws, batch, units, [f"/x/{u}/lineitem.parquet" for u in units])
+            won.append(batch)
+        except ClaimError:
+            pass
+    queue.put(won)
+
+
+def test_concurrent_claims_from_two_processes_never_claim_a_unit_twice(tmp_path):
+    ctx = mp.get_context("fork")
+    queue, barrier = ctx.Queue(), ctx.Barrier(2)
+    n_units = 60
+    procs = [ctx.Process(target=_claimer, args=(str(tmp_path), w, n_units, queue, barrier)) for w in (1, 2)]
+    for p in procs:
+        p.start()
+    won = [queue.get(timeout=60) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    claims = read_claims(WindowState(tmp_path, "cq3", "w"))
+    assert sorted(claims) == sorted(won[0] + won[1])
+    seen: dict[str, int] = {}
+    for batch, manifest in claims.items():
+        for u in manifest["units"]:
+            assert u not in seen, f"unit {u} claimed by batches {seen[u]} and {batch}"
+            seen[u] = batch
+    assert set(seen) == {f"{u:06d}" for u in range(n_units)}  # greedy claiming covers every unit
+
+
+def test_list_ready_units_sees_only_complete_units(tmp_path):
+    (tmp_path / "000002").mkdir()
+    for f in ("orders.parquet", "lineitem.parquet"):
+        (tmp_path / "000002" / f).write_bytes(b"x")
+    (tmp_path / "000010").mkdir()
+    for f in ("orders.parquet", "lineitem.parquet"):
+        (tmp_path / "000010" / f).write_bytes(b"x")
+    (tmp_path / "000003").mkdir()
+    (tmp_path / "000003" / "orders.parquet").write_bytes(b"x")  # lineitem missing: incomplete
+    (tmp_path / ".000004.tmp").mkdir()
+    for f in ("orders.parquet", "lineitem.parquet"):
+        (tmp_path / ".000004.tmp" / f).write_bytes(b"x")
+    (tmp_path / "stray.txt").write_text("x")
+    assert [p.name for p in list_ready_units(tmp_path)] == ["000002", "000010"]
+    assert list_ready_units(tmp_path / "missing") == []
+    assert unit_files([tmp_path / "000002"], ["lineitem"]) == [str(tmp_path / "000002" / "lineitem.parquet")]
+
+
+def test_cost_history_appends_and_filters(tmp_path):
+    append_cost_history(tmp_path, query="CQ2", kind="batch", units=3, batches=1, wall_seconds=1.5, cpu_seconds=2.0,
+                        task_seconds=1.0, window="w")
+    append_cost_history(tmp_path, query="cq2", kind="final", units=6, batches=2, wall_seconds=0.5, window="w")
+    append_cost_history(tmp_path, query="q6", kind="batch", units=6, batches=1, wall_seconds=3.0, backend="pyspark")
+    rows = read_cost_history(tmp_path)
+    assert [r["kind"] for r in rows] == ["batch", "final", "batch"]
+    assert set(rows[0]) >= {"query", "backend", "kind", "units", "batches", "wall_seconds", "cpu_seconds",
+                            "task_seconds", "window", "recorded_at"}
+    assert [r["units"] for r in read_cost_history(tmp_path, query="cq2")] == [3, 6]
+    assert [r["query"] for r in read_cost_history(tmp_path, kind="batch", backend="pyspark")] == ["q6"]
+    with pytest.raises(ConfigError):
+        append_cost_history(tmp_path, query="q6", kind="other", units=1, batches=1, wall_seconds=1)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") and "lock" not in p.name]
+
+
+def test_atomic_writes_leave_no_temp_and_replace_dirs(tmp_path):
+    atomic_write_json(tmp_path / "a" / "m.json", {"x": 1})
+    assert json.loads((tmp_path / "a" / "m.json").read_text()) == {"x": 1}
+    assert os.listdir(tmp_path / "a") == ["m.json"]
+    final = tmp_path / "partial"
+    for version in ("old", "new"):
+        tmp = temp_sibling(final)
+        tmp.mkdir()
+        (tmp / "part-0.parquet").write_text(version)
+        replace_dir(tmp, final)
+    assert (final / "part-0.parquet").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "partial"]
