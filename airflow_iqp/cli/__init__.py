@@ -1,0 +1,1 @@
+"""The ``airflow-iqp`` command line. Each subcommand lives in its own module."""

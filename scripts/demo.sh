@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# The main job: sets up .venv on a fresh machine, then runs the demo.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
+exec python -m airflow_iqp.demo "$@"
