@@ -1,0 +1,266 @@
+"""The single-query planner: the paper's Algorithm 1 (section 3.1).
+
+``plan_batches`` runs Function 1, *ScheduleWithoutAggCost*, inside the outer loop of
+section 3.1 that raises the assumed final-aggregation cost until the plan's own final
+aggregation fits. Function 1 walks backwards from the deadline: the last batch takes
+as many units as fit between the window's end and the deadline of the last batch;
+every earlier batch takes as many of the still-pending units as fit between the
+moment they have all arrived and the start of the batch after it.
+
+One refinement over the paper's text, never worse and identical when capacities
+are exact: after placing a batch of ``n`` units, Function 1 moves its time point back
+by the whole duration it offered (``timeDur``); we move it back by the batch's cost,
+``Cost(n)``, which is the batch's latest start. Units are whole, so ``Cost(n)`` may
+be less than ``timeDur``, and the earlier batches get that difference.
+
+Pure Python (layer 1).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from airflow_iqp.planning.models import ArrivalModel, CostModel, FinalAggCost, within
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch of a plan. Times are on the spec's axis."""
+
+    index: int          #: 1-based, in time order
+    units: int          #: units processed by this batch
+    cumulative: int     #: units processed by this batch and all before it
+    ready: float        #: when its last unit has arrived (the window end for the last batch)
+    latest_start: float  #: starting later would miss the deadline
+    cost: float         #: planned seconds
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Batches in time order, the final aggregation, and whether the deadline holds.
+
+    ``slack`` is the deadline minus the earliest finish of the plan (every batch
+    starting as soon as it is ready and the one before it is done, then the final
+    aggregation): negative when the deadline cannot be met. When ``feasible`` is
+    False the plan is the one that finishes earliest, ``reason`` says why, and
+    ``latest_start`` is measured from that earliest finish instead of the deadline.
+    """
+
+    feasible: bool
+    reason: str
+    batches: tuple[Batch, ...]
+    final_agg_cost: float
+    total_cost: float
+    slack: float
+    deadline: float
+    window_end: float
+    method: str = "greedy"
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def sizes(self) -> list[int]:
+        return [b.units for b in self.batches]
+
+    @property
+    def earliest_finish(self) -> float:
+        return self.deadline - self.slack
+
+    def to_dict(self) -> dict:
+        return {
+            "feasible": self.feasible,
+            "reason": self.reason,
+            "batches": [asdict(b) for b in self.batches],
+            "final_agg_cost": self.final_agg_cost,
+            "total_cost": self.total_cost,
+            "slack": self.slack,
+            "deadline": self.deadline,
+            "window_end": self.window_end,
+            "method": self.method,
+            **({"extra": self.extra} if self.extra else {}),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Plan":
+        return cls(
+            feasible=bool(d["feasible"]),
+            reason=d.get("reason", ""),
+            batches=tuple(Batch(**b) for b in d["batches"]),
+            final_agg_cost=float(d["final_agg_cost"]),
+            total_cost=float(d["total_cost"]),
+            slack=float(d["slack"]),
+            deadline=float(d["deadline"]),
+            window_end=float(d["window_end"]),
+            method=d.get("method", "greedy"),
+            extra=dict(d.get("extra", {})),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_json(cls, s: str) -> "Plan":
+        return cls.from_dict(json.loads(s))
+
+
+# ----------------------------------------------------------------- Function 1
+
+
+def schedule_without_agg_cost(arrival: ArrivalModel, cost: CostModel, window_end: float,
+                              last_batch_deadline: float) -> list[int] | None:
+    """Function 1 of the paper: batch sizes, last batch first; None if nothing fits.
+
+    ``last_batch_deadline`` is deadlineQ minus the assumed final-aggregation cost.
+    """
+    pending = arrival.total
+    if pending == 0:
+        return []
+    n = min(pending, cost.capacity(last_batch_deadline - window_end))
+    if n <= 0:
+        return None
+    sizes = [n]
+    pending -= n
+    time_pt = last_batch_deadline - cost.cost(n)
+    while pending > 0:
+        avail = arrival.time_of(pending)
+        n = min(pending, cost.capacity(time_pt - avail))
+        if n <= 0:
+            return None
+        sizes.append(n)
+        pending -= n
+        time_pt -= cost.cost(n)
+    return sizes
+
+
+def _fits(arrival, cost, final_agg, window_end, deadline, passes: list[int] | None = None) -> list[int] | None:
+    """The fewest batches that finish, final aggregation included, by ``deadline``.
+
+    One batch after the window's end if it fits (eq. 2-3, no final aggregation);
+    otherwise the outer loop of section 3.1: assume the final aggregation of two
+    batches, run Function 1, and while the plan's own final aggregation costs more
+    than the one assumed, assume the plan's batch count and run again. With a
+    final-aggregation cost that does not decrease in the number of batches, every
+    assumed count stays at or below the fewest feasible count, so this finds the
+    fewest batches Function 1 can give.
+    ``passes``, if given, is appended the number of Function 1 runs.
+    """
+    total = arrival.total
+    if total == 0:
+        return []
+    if within(window_end + cost.cost(total), deadline):
+        return [total]
+    assumed, runs = 2, 0
+    while True:
+        sizes = schedule_without_agg_cost(arrival, cost, window_end, deadline - final_agg.cost(assumed))
+        runs += 1
+        # The paper's stopping rule: the plan's own final aggregation costs no more
+        # than the one assumed, so the plan meets the deadline as it is.
+        if sizes is None or final_agg.cost(len(sizes)) <= final_agg.cost(assumed):
+            if passes is not None:
+                passes.append(runs)
+            return None if sizes is None else sizes[::-1]
+        assumed = len(sizes)
+
+
+def plan_batches(arrival: ArrivalModel, cost: CostModel, final_agg: FinalAggCost,
+                 window_end: float, deadline: float) -> Plan:
+    """Plan the fewest, largest batches that meet ``deadline`` (Algorithm 1).
+
+    When no plan meets the deadline, returns the plan that finishes earliest, found
+    by bisecting on the deadline with the same procedure (feasibility only grows as
+    the deadline moves later), with ``feasible=False`` and a reason.
+
+    The count is the fewest possible for linear and concave (sublinear) cost models,
+    which the property tests check against exhaustive search. For a cost model that is
+    somewhere superadditive the plan is still valid but may have more batches than
+    needed, and ``plan.extra["note"]`` says so.
+    """
+    _check_window(arrival, window_end, deadline)
+    passes: list[int] = []
+    sizes = _fits(arrival, cost, final_agg, window_end, deadline, passes)
+    if sizes is not None:
+        plan = build_plan(sizes, arrival, cost, final_agg, window_end, deadline)
+    else:
+        finish, sizes = _earliest_finish(arrival, cost, final_agg, window_end, deadline, passes)
+        plan = build_plan(sizes, arrival, cost, final_agg, window_end, deadline, latest_from=finish)
+    plan.extra["function1_runs"] = sum(passes)
+    if getattr(cost, "concave", True) is False:
+        plan.extra["note"] = ("the cost model is not concave (somewhere two small batches are faster than one "
+                              "big one): Function 1 may use more batches than needed")
+    return plan
+
+
+def _earliest_finish(arrival, cost, final_agg, window_end, deadline, passes) -> tuple[float, list[int]]:
+    lo = deadline
+    hi = window_end + cost.cost(arrival.total)  # one batch after the window end always fits
+    best = _fits(arrival, cost, final_agg, window_end, hi, passes)
+    assert best is not None
+    for _ in range(100):
+        if hi - lo <= 1e-9 * max(1.0, abs(hi)):
+            break
+        mid = (lo + hi) / 2
+        sizes = _fits(arrival, cost, final_agg, window_end, mid, passes)
+        if sizes is None:
+            lo = mid
+        else:
+            hi, best = mid, sizes
+    return hi, best
+
+
+def _check_window(arrival: ArrivalModel, window_end: float, deadline: float) -> None:
+    from airflow_iqp.errors import ConfigError
+
+    if deadline < window_end:
+        raise ConfigError(f"the deadline ({deadline}) is before the window end ({window_end})", "deadline")
+    if arrival.total and not within(arrival.time_of(arrival.total), window_end):
+        raise ConfigError(
+            f"the last unit arrives at {arrival.time_of(arrival.total)}, after the window end ({window_end}); "
+            "the window ends when its last unit arrives or later", "window_end")
+
+
+# ------------------------------------------------------------ plan from sizes
+
+
+def build_plan(sizes: list[int], arrival: ArrivalModel, cost: CostModel, final_agg: FinalAggCost,
+               window_end: float, deadline: float, *, latest_from: float | None = None,
+               method: str = "greedy") -> Plan:
+    """Turn batch sizes (in time order) into a :class:`Plan`, checking it against the deadline.
+
+    Every planner (Function 1, the solver, the MinBatch cutter) describes its plan
+    through this one function, so ``ready``, ``latest_start`` and ``slack`` mean the
+    same thing whatever made the plan.
+    """
+    k = len(sizes)
+    agg = final_agg.cost(k)
+    costs = [cost.cost(n) for n in sizes]
+    ready, cum = [], 0
+    for i, n in enumerate(sizes):
+        cum += n
+        ready.append(window_end if i == k - 1 else arrival.time_of(cum))
+    # Earliest finish: each batch as soon as it is ready and the executor is free.
+    t = float("-inf")
+    for r, c in zip(ready, costs):
+        t = max(t, r) + c
+    finish = (t if k else window_end) + agg
+    # Latest starts: backwards from the deadline (or the earliest finish if missed).
+    end = (deadline if latest_from is None else latest_from) - agg
+    latest = [0.0] * k
+    for i in range(k - 1, -1, -1):
+        latest[i] = end - costs[i]
+        end = latest[i]
+    batches, cum = [], 0
+    for i, n in enumerate(sizes):
+        cum += n
+        batches.append(Batch(index=i + 1, units=n, cumulative=cum, ready=ready[i],
+                             latest_start=latest[i], cost=costs[i]))
+    feasible = within(finish, deadline)
+    if feasible:
+        reason = ""
+    elif k and latest_from is not None:
+        reason = (f"no plan meets the deadline {deadline:g}: the earliest finish is {finish:g}, "
+                  f"{finish - deadline:g} s late; this is the plan that finishes earliest")
+    else:
+        reason = f"this plan finishes at {finish:g}, {finish - deadline:g} s after the deadline {deadline:g}"
+    return Plan(feasible=feasible, reason=reason, batches=tuple(batches), final_agg_cost=agg,
+                total_cost=sum(costs) + agg, slack=deadline - finish, deadline=deadline,
+                window_end=window_end, method=method)
