@@ -1,0 +1,67 @@
+"""Independent checks of a plan, written from the problem statement, not from the planner."""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+TOL = 1e-7
+
+
+def asap_finish(sizes, arrival, cost, final_agg, window_end):
+    """Finish time when every batch starts as soon as its input is there and the executor is free."""
+    t, cum = float("-inf"), 0
+    for i, n in enumerate(sizes):
+        cum += n
+        ready = window_end if i == len(sizes) - 1 else arrival.time_of(cum)
+        t = max(t, ready) + cost.cost(n)
+    return (t if sizes else window_end) + final_agg.cost(len(sizes))
+
+
+def check_plan(plan, arrival, cost, final_agg, window_end, deadline):
+    """Assert the plan processes every unit once, respects input availability, runs batches in turn."""
+    sizes = [b.units for b in plan.batches]
+    assert all(n >= 1 for n in sizes), sizes
+    assert sum(sizes) == arrival.total
+    cum = 0
+    for i, b in enumerate(plan.batches):
+        cum += b.units
+        assert b.index == i + 1
+        assert b.cumulative == cum
+        expected_ready = window_end if i == len(sizes) - 1 else arrival.time_of(cum)
+        assert abs(b.ready - expected_ready) <= TOL
+        assert arrival.count_at(b.ready + TOL) >= cum, "a batch is ready before its units have arrived"
+        assert abs(b.cost - cost.cost(b.units)) <= TOL
+        if i:
+            prev = plan.batches[i - 1]
+            assert prev.latest_start + prev.cost <= b.latest_start + TOL, "batches overlap"
+    finish = asap_finish(sizes, arrival, cost, final_agg, window_end)
+    assert abs(plan.slack - (deadline - finish)) <= 1e-6
+    if plan.feasible:
+        assert finish <= deadline + TOL
+        for b in plan.batches:
+            assert b.latest_start >= b.ready - TOL, "a batch must start before its input is ready"
+        last = plan.batches[-1] if plan.batches else None
+        if last:
+            assert last.latest_start + last.cost + plan.final_agg_cost <= deadline + TOL
+    else:
+        assert finish > deadline - TOL
+        assert plan.reason
+
+
+def compositions(total):
+    """Every way to cut ``total`` units, in arrival order, into consecutive batches."""
+    for k in range(1, total + 1):
+        for cuts in combinations(range(1, total), k - 1):
+            bounds = (0, *cuts, total)
+            yield [bounds[i + 1] - bounds[i] for i in range(k)]
+
+
+def exhaustive(arrival, cost, final_agg, window_end, deadline):
+    """(fewest batches meeting the deadline or None, earliest finish over all plans)."""
+    best_k, best_finish = None, float("inf")
+    for sizes in compositions(arrival.total):
+        f = asap_finish(sizes, arrival, cost, final_agg, window_end)
+        best_finish = min(best_finish, f)
+        if f <= deadline + TOL and (best_k is None or len(sizes) < best_k):
+            best_k = len(sizes)
+    return best_k, best_finish

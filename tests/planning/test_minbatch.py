@@ -1,0 +1,49 @@
+"""MinBatch sizing (section 4.1), slack and laxity."""
+
+import pytest
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.planning.minbatch import batched_cost, laxity, min_batch_size, slack
+from airflow_iqp.planning.models import LinearCost, LinearFinalAgg, PiecewiseLinearCost
+
+
+def test_min_batch_is_the_smallest_size_within_the_slack():
+    cost = LinearCost(per_unit=0.1, per_batch=2.0)    # 100 units: 12 s in one batch
+    agg = LinearFinalAgg(base=1.0, per_batch=0.1)
+    mb = min_batch_size(cost, agg, total=100, rsf=0.5)
+    assert mb.bound_kept and mb.single_cost == pytest.approx(12.0)
+    assert mb.total_cost <= 1.5 * 12.0 + 1e-9
+    # One unit smaller breaks the bound: it really is the smallest.
+    assert batched_cost(cost, agg, 100, mb.size - 1) > 18.0
+    assert mb.batches == -(-100 // mb.size)
+
+
+def test_larger_rsf_gives_smaller_batches():
+    cost = PiecewiseLinearCost(((1.0, 3.0), (100.0, 10.0), (1000.0, 40.0)))
+    agg = LinearFinalAgg(base=0.5, per_batch=0.05)
+    half = min_batch_size(cost, agg, 1000, 0.5)
+    full = min_batch_size(cost, agg, 1000, 1.0)
+    assert full.size < half.size and full.batches > half.batches
+
+
+def test_c_max_caps_the_size_and_says_the_bound_is_lost():
+    cost = LinearCost(per_unit=1.0, per_batch=25.0)    # 100 units: 125 s in one batch, bound 187.5 s
+    mb = min_batch_size(cost, LinearFinalAgg(), 100, rsf=0.5, c_max=30)
+    assert not mb.bound_kept
+    assert mb.size == 5 and cost.cost(mb.size) <= 30   # 20 batches of 30 s: 600 s
+    assert "c_max" in mb.reason and mb.total_cost == pytest.approx(600)
+    kept = min_batch_size(cost, LinearFinalAgg(), 100, rsf=0.5, c_max=60)
+    assert kept.bound_kept and cost.cost(kept.size) <= 60
+
+
+def test_bad_minbatch_arguments():
+    with pytest.raises(ConfigError, match="rsf"):
+        min_batch_size(LinearCost(1.0), LinearFinalAgg(), 10, rsf=-0.1)
+    with pytest.raises(ConfigError, match="c_max"):
+        min_batch_size(LinearCost(1.0, 5.0), LinearFinalAgg(), 10, rsf=0.5, c_max=3)
+
+
+def test_slack_and_laxity():
+    assert slack(deadline=16, window_end=10, single_cost=5) == 1          # the paper's case 1
+    assert slack(deadline=12, window_end=10, single_cost=5) == -3         # case 3: must batch
+    assert laxity(deadline=100, now=40, remaining_cost=25) == 35

@@ -1,0 +1,133 @@
+"""Cost, final-aggregation and arrival models: semantics, fit, JSON round trips."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.planning.models import (
+    CallableCost, EmpiricalArrival, FixedRate, LinearCost, LinearFinalAgg, PiecewiseLinearCost,
+    PiecewiseLinearFinalAgg, ProfileArrival, arrival_from_dict, cost_model_from_dict, final_agg_from_dict,
+    fit_piecewise_linear,
+)
+from airflow_iqp.planning.planner import Plan, plan_batches
+
+
+def test_linear_cost_and_capacity():
+    c = LinearCost(per_unit=0.5, per_batch=2.0)
+    assert c.cost(0) == 0 and c.cost(4) == 4.0
+    assert c.capacity(1.9) == 0          # not even the overhead fits
+    assert c.capacity(2.5) == 1
+    assert c.capacity(4.0) == 4          # exact fit counts
+    assert c.capacity(4.49) == 4
+
+
+def test_capacity_is_exact_despite_float_division():
+    c = LinearCost(per_unit=0.1)
+    assert c.capacity(0.3) == 3          # 0.3 / 0.1 == 2.9999999999999996 in floats
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 50), st.integers(0, 100)), min_size=2, max_size=6, unique_by=lambda p: p[0]),
+       st.floats(0, 200))
+def test_capacity_is_the_largest_batch_that_fits(raw, d):
+    pts = sorted(raw)
+    ys = sorted(y for _, y in pts)
+    cost = PiecewiseLinearCost(tuple((float(x), y / 4) for (x, _), y in zip(pts, ys)))
+    n = cost.capacity(d)
+    if n == 0:
+        assert cost.cost(1) > d
+    elif n < 10**9:
+        assert cost.cost(n) <= d + 1e-9 < cost.cost(n + 1) or cost.cost(n + 1) <= d + 1e-9 is False
+
+
+def test_piecewise_cost_interpolates_and_extends():
+    c = PiecewiseLinearCost(((10.0, 20.0), (20.0, 25.0), (40.0, 30.0)))
+    assert c.cost(15) == pytest.approx(22.5)
+    assert c.cost(60) == pytest.approx(35.0)       # last piece extended
+    assert c.overhead == pytest.approx(15.0)       # first piece extended to zero units
+    assert c.cost(1) == pytest.approx(15.5)
+    assert c.capacity(22.5) == 15
+    assert c.concave
+
+
+def test_callable_cost_capacity_by_search():
+    c = CallableCost(lambda n: 3 + n ** 0.5)
+    assert c.capacity(13) == 100
+    with pytest.raises(ConfigError, match="callable"):
+        c.to_dict()
+
+
+def test_fit_piecewise_linear_is_monotone_and_recovers_a_linear_model():
+    samples = [(n, 20 + 0.1 * n) for n in (1, 5, 10, 50, 100)] + [(10, 20.9)]
+    fit = fit_piecewise_linear(samples)
+    assert fit.overhead == pytest.approx(20, abs=0.2)
+    noisy = [(1, 5.0), (2, 4.0), (4, 6.0), (8, 9.0)]      # 2 units measured faster than 1
+    fit = fit_piecewise_linear(noisy)
+    ys = [y for _, y in fit.points]
+    assert ys == sorted(ys) and ys[0] == ys[1] == pytest.approx(4.5)
+
+
+def test_fit_thins_breakpoints():
+    samples = [(n, 10 + (n if n < 50 else 50 + (n - 50) * 0.2)) for n in range(1, 101, 3)]
+    fit = fit_piecewise_linear(samples, max_pieces=2)
+    assert len(fit.points) == 3
+    assert fit.cost(100) == pytest.approx(samples[-1][1], rel=0.02)
+    with pytest.raises(ConfigError, match="distinct batch sizes"):
+        fit_piecewise_linear([(5, 1.0), (5, 1.2)])
+
+
+def test_final_agg_only_when_more_than_one_batch():
+    assert LinearFinalAgg(base=1, per_batch=0.5).cost(1) == 0
+    assert LinearFinalAgg(base=1, per_batch=0.5).cost(4) == 3
+    pw = PiecewiseLinearFinalAgg(((2.0, 1.0), (10.0, 5.0)))
+    assert pw.cost(1) == 0 and pw.cost(2) == 1 and pw.cost(6) == 3 and pw.cost(12) == 6
+
+
+def test_fixed_rate_arrival():
+    a = FixedRate(rate=2.0, total=10, start=1.0)
+    assert a.time_of(1) == 1.0 and a.time_of(10) == 5.5
+    assert a.count_at(0.9) == 0 and a.count_at(1.0) == 1 and a.count_at(1.49) == 1 and a.count_at(5.5) == 10
+    assert a.count_at(100) == 10
+
+
+def test_profile_arrival():
+    a = ProfileArrival(((0.0, 0.0), (10.0, 5.0), (20.0, 5.0), (30.0, 15.0)))
+    assert a.total == 15
+    assert a.time_of(5) == 10.0                   # first time the curve reaches 5, not the flat end
+    assert a.time_of(6) == 21.0
+    assert a.count_at(15.0) == 5 and a.count_at(25.0) == 10 and a.count_at(-1) == 0
+    for n in range(1, 16):
+        assert a.count_at(a.time_of(n)) >= n
+
+
+def test_empirical_arrival():
+    a = EmpiricalArrival((3.0, 1.0, 2.0))
+    assert a.time_of(1) == 1.0 and a.time_of(3) == 3.0 and a.count_at(2.5) == 2
+
+
+@pytest.mark.parametrize("model", [
+    LinearCost(0.5, 2.0), PiecewiseLinearCost(((1.0, 2.0), (10.0, 5.0))),
+])
+def test_cost_json_round_trip(model):
+    assert cost_model_from_dict(json.loads(json.dumps(model.to_dict()))) == model
+
+
+@pytest.mark.parametrize("model", [LinearFinalAgg(1.0, 0.25), PiecewiseLinearFinalAgg(((2.0, 1.0), (4.0, 3.0)))])
+def test_final_agg_json_round_trip(model):
+    assert final_agg_from_dict(json.loads(json.dumps(model.to_dict()))) == model
+
+
+@pytest.mark.parametrize("model", [
+    FixedRate(1.5, 7, start=0.0), ProfileArrival(((0.0, 0.0), (4.0, 9.0))), EmpiricalArrival((0.5, 1.0)),
+])
+def test_arrival_json_round_trip(model):
+    assert arrival_from_dict(json.loads(json.dumps(model.to_dict()))) == model
+
+
+def test_plan_json_round_trip():
+    plan = plan_batches(FixedRate(1.0, 10, 1.0), LinearCost(0.5), LinearFinalAgg(), 10.0, 11.0)
+    again = Plan.from_json(plan.to_json())
+    assert again == plan and again.sizes == [4, 4, 2]

@@ -1,0 +1,149 @@
+"""Property tests: every plan is valid; greedy, solver and exhaustive search agree.
+
+Parameters are drawn from coarse grids (quarters of a second, twentieths per unit)
+so that comparisons at a deadline are either exact ties, which both methods accept,
+or clear misses: no test depends on the last bit of a float.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from airflow_iqp.planning.models import (
+    FixedRate, LinearCost, LinearFinalAgg, PiecewiseLinearCost, PiecewiseLinearFinalAgg, ProfileArrival,
+)
+from airflow_iqp.planning.planner import plan_batches
+from airflow_iqp.planning.solver import solve_plan
+from tests.planning.oracle import check_plan, exhaustive
+
+quarters = st.integers(0, 12).map(lambda q: q / 4)
+
+
+@st.composite
+def fixed_rate(draw, max_total):
+    total = draw(st.integers(1, max_total))
+    start = draw(st.sampled_from([0.0, 1.0, 2.5]))
+    return FixedRate(rate=draw(st.sampled_from([0.5, 1.0, 2.0, 4.0, 5.0])), total=total, start=start)
+
+
+@st.composite
+def profile(draw, max_total):
+    total = draw(st.integers(1, max_total))
+    steps = draw(st.integers(1, 5))
+    ts = sorted(draw(st.sets(st.integers(1, 40), min_size=steps, max_size=steps)))
+    cuts = sorted(draw(st.lists(st.integers(0, total), min_size=steps - 1, max_size=steps - 1)))
+    cum = [*cuts, total]
+    t0 = draw(st.sampled_from([0.0, 0.5]))
+    return ProfileArrival(((t0, 0.0), *((t0 + t / 2, float(c)) for t, c in zip(ts, cum))))
+
+
+def arrivals(max_total):
+    return st.one_of(fixed_rate(max_total), profile(max_total))
+
+
+linear_cost = st.builds(LinearCost, per_unit=st.integers(1, 40).map(lambda k: k / 20),
+                        per_batch=st.integers(0, 12).map(lambda k: k / 4))
+
+
+@st.composite
+def piecewise_cost(draw):
+    n = draw(st.integers(2, 4))
+    xs = sorted(draw(st.sets(st.integers(1, 30), min_size=n, max_size=n)))
+    ys = sorted(draw(st.lists(st.integers(1, 60), min_size=n, max_size=n)))
+    return PiecewiseLinearCost(tuple((float(x), y / 4) for x, y in zip(xs, ys)))
+
+
+final_aggs = st.one_of(
+    st.builds(LinearFinalAgg, base=quarters, per_batch=st.sampled_from([0.0, 0.1, 0.25, 0.5])),
+    st.lists(st.integers(0, 8), min_size=1, max_size=3).map(
+        lambda ys: PiecewiseLinearFinalAgg(tuple((float(2 + 2 * i), y / 4) for i, y in enumerate(sorted(ys))))),
+)
+
+
+@st.composite
+def instance(draw, cost_strategy, max_total):
+    arrival = draw(arrivals(max_total))
+    cost = draw(cost_strategy)
+    final_agg = draw(final_aggs)
+    window_end = arrival.time_of(arrival.total) + draw(st.sampled_from([0.0, 0.5, 3.0]))
+    one_batch = cost.cost(arrival.total)
+    # Deadlines from "no time after the window" to "one batch after the window fits".
+    deadline = window_end + draw(st.integers(0, int(one_batch * 4) + 4)) / 4
+    return arrival, cost, final_agg, window_end, deadline
+
+
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(instance(st.one_of(linear_cost, piecewise_cost()), max_total=200))
+def test_every_plan_is_valid(inst):
+    arrival, cost, final_agg, window_end, deadline = inst
+    plan = plan_batches(arrival, cost, final_agg, window_end, deadline)
+    check_plan(plan, arrival, cost, final_agg, window_end, deadline)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(instance(linear_cost, max_total=25))
+def test_greedy_and_solver_agree_on_linear_costs(inst):
+    arrival, cost, final_agg, window_end, deadline = inst
+    greedy = plan_batches(arrival, cost, final_agg, window_end, deadline)
+    solver = solve_plan(arrival, cost, final_agg, window_end, deadline, time_limit=60)
+    check_plan(solver, arrival, cost, final_agg, window_end, deadline)
+    assert solver.feasible == greedy.feasible
+    if greedy.feasible:
+        assert len(solver.batches) == len(greedy.batches)
+
+
+@SETTINGS
+@given(instance(linear_cost, max_total=9))
+def test_no_plan_has_fewer_batches_linear(inst):
+    arrival, cost, final_agg, window_end, deadline = inst
+    plan = plan_batches(arrival, cost, final_agg, window_end, deadline)
+    best_k, best_finish = exhaustive(arrival, cost, final_agg, window_end, deadline)
+    if plan.feasible:
+        assert best_k == len(plan.batches)
+    else:
+        assert best_k is None
+        assert abs(plan.earliest_finish - best_finish) <= 1e-6 * max(1.0, best_finish)
+
+
+@st.composite
+def concave_cost(draw):
+    """Piecewise linear, overhead >= 0, slopes non-increasing: costs that grow sublinearly."""
+    n = draw(st.integers(2, 4))
+    xs = sorted(draw(st.sets(st.integers(1, 12), min_size=n, max_size=n)))
+    slopes = sorted(draw(st.lists(st.integers(0, 12), min_size=n - 1, max_size=n - 1)), reverse=True)
+    pts = [(float(xs[0]), draw(st.integers(1, 12)) / 4 + xs[0] * slopes[0] / 8)]
+    for i in range(1, n):
+        pts.append((float(xs[i]), pts[-1][1] + (xs[i] - xs[i - 1]) * slopes[i - 1] / 8))
+    return PiecewiseLinearCost(tuple(pts))
+
+
+@SETTINGS
+@given(instance(concave_cost(), max_total=9))
+def test_no_plan_has_fewer_batches_concave(inst):
+    """Function 1 is also optimal when costs grow sublinearly, the shape the paper fits (6.2)."""
+    arrival, cost, final_agg, window_end, deadline = inst
+    assert cost.concave
+    plan = plan_batches(arrival, cost, final_agg, window_end, deadline)
+    best_k, _ = exhaustive(arrival, cost, final_agg, window_end, deadline)
+    assert best_k == (len(plan.batches) if plan.feasible else None)
+    assert "not concave" not in plan.extra.get("note", "")
+
+
+def test_superadditive_cost_is_flagged():
+    """Where two small batches are faster than one big one, Function 1 may over-batch: the plan says so.
+
+    Found by hypothesis: one unit costs 0.25 s but two cost 3 s; seven one-unit
+    batches meet a deadline for which Function 1 finds no plan.
+    """
+    cost = PiecewiseLinearCost(((1.0, 0.25), (2.0, 3.0), (3.0, 3.25)))
+    arrival = ProfileArrival(((0.0, 0.0), (0.5, 4.0), (1.0, 4.0), (4.0, 7.0)))
+    agg = LinearFinalAgg()
+    plan = plan_batches(arrival, cost, agg, 4.0, 4.25)
+    best_k, _ = exhaustive(arrival, cost, agg, 4.0, 4.25)
+    assert best_k == 7 and not plan.feasible
+    assert not cost.concave
+    assert "not concave" in plan.extra["note"]
