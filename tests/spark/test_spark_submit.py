@@ -1,0 +1,111 @@
+"""The real thing: run-window with spark-submit processes, and a batch killed with SIGKILL.
+
+Each spark-submit costs ~15-20 s here, so: CQ2 (single stream) through the CLI and Q4
+(orders-lineitem join) through run_window(), two batches each, plus the kill test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import assert_same_rows, duckdb_reference
+
+from airflow_iqp.spark.batch_job import PAUSE_ENV
+from airflow_iqp.spark.final_job import execute_final
+from airflow_iqp.spark.submit import job_path, run_submit, submit_args, submit_env
+from airflow_iqp.spark.window import run_window
+from airflow_iqp.state import WindowState, claim_units, read_cost_history, unit_files
+
+pytestmark = pytest.mark.spark
+
+
+def _rows(spark, path) -> list[tuple]:
+    return [tuple(r) for r in spark.read.parquet(str(path)).collect()]
+
+
+def test_run_window_cli_single_stream_query(tpch_dir, units, spark, tmp_path):
+    out = tmp_path / "state"
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow_iqp.cli.main", "run-window", "--query", "CQ2", "--data", str(tpch_dir),
+         "--batches", "2", "--out", str(out), "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    ws = WindowState(out, "cq2", "w0")
+    assert report["result"] == str(ws.result_dir)
+    assert [len(b["files"]) for b in report["batches"]] == [3, 3]
+    assert [f for b in report["batches"] for f in b["files"]] == unit_files(units, ["orders"])
+    for b in report["batches"] + [report["final"]]:
+        assert b["wall_seconds"] > 0 and b["cpu_seconds"] > 0
+    cols, ref = duckdb_reference("cq2", units, tpch_dir / "static")
+    assert_same_rows(_rows(spark, ws.result_dir), ref, ordered=False, label="cq2 via spark-submit")
+    hist = read_cost_history(out, query="cq2")
+    assert [(r["kind"], r["units"], r["batches"], r["backend"]) for r in hist] == [
+        ("batch", 3, 1, "spark-submit"), ("batch", 3, 1, "spark-submit"), ("final", 6, 2, "spark-submit")]
+    assert all(r["task_seconds"] > 0 and r["cpu_seconds"] > 0 for r in hist)
+
+
+def test_run_window_join_query(tpch_dir, units, spark, tmp_path):
+    report = run_window("q4", tpch_dir, 2, tmp_path / "state")
+    ws = WindowState(tmp_path / "state", "q4", "w0")
+    assert [b["units"] for b in report["batches"]] == [[u.name for u in units[:3]], [u.name for u in units[3:]]]
+    manifest = json.loads(ws.result_manifest.read_text())
+    assert manifest["partials"] == [str(ws.partial_path(0)), str(ws.partial_path(1))]
+    cols, ref = duckdb_reference("q4", units, tpch_dir / "static")
+    assert_same_rows(_rows(spark, ws.result_dir), ref, ordered=True, label="q4 via spark-submit")
+
+
+def test_batch_killed_before_rename_then_rerun(tpch_dir, units, spark, tmp_path):
+    """SIGKILL a real batch job after its partial is fully written to the temp path, before the rename.
+
+    The kill point is made deterministic with AIRFLOW_IQP_PAUSE_BEFORE_RENAME: the job sleeps
+    there and says so on stderr; the test kills the whole spark-submit process group then.
+    """
+    static = tpch_dir / "static"
+    ws = WindowState(tmp_path / "state", "cq3", "w0")
+    chunks = [units[:3], units[3:]]
+    for b, chunk in enumerate(chunks):
+        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, ["lineitem"]))
+    argv = submit_args(job_path("batch"), ["cq3", ws.claim_path(0), static, ws.partial_path(0)],
+                       master="local[2]")
+    log_path = tmp_path / "killed.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                env=submit_env() | {PAUSE_ENV: "120"}, start_new_session=True)
+    try:
+        deadline = time.time() + 180
+        while "pausing" not in log_path.read_text():
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            assert time.time() < deadline, "the batch job never reached the pause"
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not ws.partial_path(0).exists(), "a killed batch must not leave a visible partial"
+    leftovers = list(ws.partials_dir.glob(".batch-0000.tmp-*"))
+    assert leftovers and (leftovers[0] / "_SUCCESS").exists(), "the kill came after the temp write"
+
+    # the retry: same manifest, real spark-submit again
+    res = run_submit(submit_args(job_path("batch"), ["cq3", ws.claim_path(0), static, ws.partial_path(0)],
+                                 master="local[2]"))
+    assert res.returncode == 0, res.tail()
+    assert ws.partial_path(0).is_dir() and not list(ws.partials_dir.glob(".batch-0000.tmp-*"))
+    from airflow_iqp.spark.batch_job import execute_batch
+
+    execute_batch(spark, "cq3", ws.claim_path(1), str(static), ws.partial_path(1))
+    execute_final(spark, "cq3", ws.root, expect_units=len(units))
+    cols, ref = duckdb_reference("cq3", units, static)
+    assert_same_rows(_rows(spark, ws.result_dir), ref, ordered=False, label="cq3 after kill + rerun")
