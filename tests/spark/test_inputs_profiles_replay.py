@@ -1,0 +1,136 @@
+"""Arrival profiles (pure), atomic replay into a landing directory, the CLI's error path, the py-files zip."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import zipfile
+
+import pytest
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.inputs.profiles import PROFILES, arrival_offsets
+from airflow_iqp.inputs.replay import replay
+from airflow_iqp.spark.submit import build_pyfiles_zip, submit_args
+from airflow_iqp.state import list_ready_units
+
+N, RATE = 100, 2.0
+T = N / RATE
+
+
+def _nondecreasing(xs):
+    return all(a <= b for a, b in zip(xs, xs[1:]))
+
+
+@pytest.mark.parametrize("name", PROFILES)
+def test_every_profile_is_ordered_and_complete(name):
+    offs = arrival_offsets(name, RATE, N)
+    assert len(offs) == N and _nondecreasing(offs) and offs[0] > 0
+    assert arrival_offsets(name.upper(), RATE, 0) == []
+
+
+def test_profile_shapes_match_figure_9():
+    fixed = arrival_offsets("fixed", RATE, N)
+    assert fixed == pytest.approx([(i + 1) / RATE for i in range(N)])
+    faster = arrival_offsets("faster", RATE, N)
+    assert all(f < x for f, x in zip(faster, fixed)) and faster[-1] == pytest.approx(0.75 * T)
+    bursty = arrival_offsets("bursty", RATE, N)
+    assert len(set(bursty)) == 10 and all(b <= x for b, x in zip(bursty, fixed))
+    slower = arrival_offsets("slower", RATE, N)
+    assert all(s >= x for s, x in zip(slower, fixed)) and slower[-1] == pytest.approx(T)
+    assert slower[N // 2] > fixed[N // 2] + 1  # behind in the middle
+    late = arrival_offsets("late", RATE, N)
+    assert late[-1] > T and late[:80] == pytest.approx(slower[:80])
+    assert sum(t > T for t in late) >= 2  # the last units land after the window end
+    stalled = arrival_offsets("stalled", RATE, N)
+    gaps = [b - a for a, b in zip(stalled, stalled[1:])]
+    assert max(gaps) == pytest.approx(0.25 * T)  # the stall
+    assert stalled[N // 2 - 1] == pytest.approx(0.5 * T)
+    assert stalled[N // 2] == pytest.approx(0.75 * T)  # nothing lands between half and three quarters
+    assert not any(0.5 * T < t < 0.75 * T for t in stalled) and stalled[-1] == pytest.approx(T)
+    assert arrival_offsets("fixed", 1.0, 4, window=8.0) == [2.0, 4.0, 6.0, 8.0]
+
+
+@pytest.mark.parametrize("args,field", [
+    (("nope", 1.0, 3), "profile"), (("fixed", 0, 3), "rate"), (("fixed", 1.0, -1), "units"),
+    (("fixed", 1.0, 3, 0.0), "window"),
+])
+def test_profile_errors_name_the_field(args, field):
+    with pytest.raises(ConfigError) as err:
+        arrival_offsets(*args)
+    assert err.value.field == field
+
+
+def _make_units(root, n):
+    for i in range(n):
+        d = root / "units" / f"{i:06d}"
+        d.mkdir(parents=True)
+        (d / "orders.parquet").write_bytes(b"o" * 1000 * (i + 1))
+        (d / "lineitem.parquet").write_bytes(b"l" * 4000 * (i + 1))
+
+
+def test_replay_publishes_whole_units_in_order(tmp_path):
+    _make_units(tmp_path / "src", 8)
+    landing = tmp_path / "landing"
+    seen, stop = [], threading.Event()
+
+    def watch():  # a reader polling the landing dir must never see half a unit
+        while not stop.is_set():
+            for u in list_ready_units(landing):
+                i = int(u.name)
+                assert (u / "orders.parquet").stat().st_size == 1000 * (i + 1)
+                assert (u / "lineitem.parquet").stat().st_size == 4000 * (i + 1)
+                if u.name not in seen:
+                    seen.append(u.name)
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        log = replay(tmp_path / "src", landing, arrival_offsets("bursty", 1.0, 8), speedup=40)
+    finally:
+        stop.set()
+        t.join()
+    assert [r["unit"] for r in log] == [f"{i:06d}" for i in range(8)]
+    assert all(r["published"] >= r["planned"] - 1e-3 for r in log)
+    assert [u.name for u in list_ready_units(landing)] == [f"{i:06d}" for i in range(8)]
+    assert seen == sorted(seen)
+    assert not [p for p in landing.iterdir() if p.name.startswith(".")]
+
+
+def test_replay_cli_and_config_errors_exit_2(tmp_path):
+    _make_units(tmp_path / "src", 3)
+    ok = subprocess.run([sys.executable, "-m", "airflow_iqp.cli.main", "replay", "--from", str(tmp_path / "src"),
+                         "--to", str(tmp_path / "landing"), "--profile", "slower", "--speedup", "100", "--json"],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert len(list_ready_units(tmp_path / "landing")) == 3
+    bad = subprocess.run([sys.executable, "-m", "airflow_iqp.cli.main", "replay", "--from", str(tmp_path / "src"),
+                          "--to", str(tmp_path / "l2"), "--profile", "wobbly"], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "profile: unknown profile 'wobbly'" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "airflow_iqp.cli.main", "run-window", "--query", "q99", "--data",
+                          str(tmp_path / "src"), "--batches", "2", "--out", str(tmp_path / "s")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "query: unknown query 'q99'" in bad.stderr
+
+
+def test_submit_args_and_pyfiles_zip(tmp_path):
+    argv = submit_args("/x/batch_job.py", ["cq2", "m.json"], master="local[2]",
+                       conf={"spark.sql.shuffle.partitions": "8"}, py_files=["a.zip"])
+    assert argv[:3] == ["spark-submit", "--master", "local[2]"]
+    assert argv[-3:] == ["/x/batch_job.py", "cq2", "m.json"]
+    assert "spark.sql.shuffle.partitions=8" in argv and "spark.ui.enabled=false" in argv
+    assert argv[argv.index("--py-files") + 1] == "a.zip"
+    remote = submit_args("app.py", [], master="spark://h:7077")
+    assert "spark.ui.enabled=false" not in remote
+    z = build_pyfiles_zip(tmp_path / "pkg.zip")
+    names = zipfile.ZipFile(z).namelist()
+    assert "airflow_iqp/spark/batch_job.py" in names and "airflow_iqp/state.py" in names
+    assert not [n for n in names if "__pycache__" in n]
+    # the zip alone is enough to import the catalogue (what an executor does)
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import airflow_iqp.spark.queries as q; "
+            "assert q.__file__.startswith(sys.argv[1]); print(len(q.list_queries()))")
+    out = subprocess.run([sys.executable, "-S", "-c", code, str(z)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) >= 12
