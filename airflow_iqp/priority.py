@@ -25,8 +25,9 @@ metadata-DB access) when it creates a task instance, and stores the result in
 The per-batch key comes from the plan: the ``return_value`` XCom of the upstream task
 ``plan`` (``PLAN_TASK_ID``), a list of dicts, one per batch, with ``index`` (1-based,
 ``map_index + 1``), ``deadline_ts`` (epoch s), ``remaining_cost`` (s, this batch to the
-end incl. final aggregation) and ``cost`` (s). It is read in the scheduler's own session
-when the TI has one (so it sees the same transaction), else in a new session. Without a
+end incl. final aggregation) and ``cost`` (s). It is read in the scheduler's own session,
+the one the TI is attached to (so it sees the same transaction); a transient TI gets no
+DB read at all (opening a session there would commit the scheduler's). Without a
 plan entry EDF falls back to the run's deadline (``data_interval_end`` plus the
 ``WindowTimetable``'s ``deadline_offset``); otherwise the weight is ``NEUTRAL_WEIGHT``.
 
@@ -77,15 +78,16 @@ def _read_plan(ti: Any, session) -> list[dict] | None:
 
     from airflow.models.xcom import XComModel
 
-    row = session.execute(
-        select(XComModel.value).where(
-            XComModel.dag_id == ti.dag_id,
-            XComModel.run_id == ti.run_id,
-            XComModel.task_id == PLAN_TASK_ID,
-            XComModel.key == "return_value",
-            XComModel.map_index == -1,
-        )
-    ).first()
+    query = select(XComModel.value).where(
+        XComModel.dag_id == ti.dag_id,
+        XComModel.run_id == ti.run_id,
+        XComModel.task_id == PLAN_TASK_ID,
+        XComModel.key == "return_value",
+        XComModel.map_index == -1,
+    )
+    # no_autoflush: the scheduler may be half-way through initialising this very TI.
+    with session.no_autoflush:
+        row = session.execute(query).first()
     if row is None:
         return None
     value = XComModel.deserialize_value(row)
@@ -97,14 +99,14 @@ def plan_entry(ti: Any) -> dict | None:
     if ti.map_index is None or ti.map_index < 0 or not ti.run_id:
         return None
     session = _session_of(ti)
+    if session is None:
+        # A transient TI (run creation, or a new mapped TI before session.merge): never open a
+        # session here. airflow.utils.session.create_session() hands out the scheduler's own
+        # scoped session and commits it, which the scheduler forbids ("UNEXPECTED COMMIT -
+        # THIS WILL BREAK HA LOCKS!") and which crashes the scheduler.
+        return None
     try:
-        if session is not None:
-            plan = _read_plan(ti, session)
-        else:
-            from airflow.utils.session import create_session
-
-            with create_session() as new_session:
-                plan = _read_plan(ti, new_session)
+        plan = _read_plan(ti, session)
     except Exception:  # noqa: BLE001 - a weight must never break scheduling
         log.exception("could not read the plan of %s/%s", ti.dag_id, ti.run_id)
         return None
@@ -126,9 +128,10 @@ def run_deadline_ts(ti: Any) -> float | None:
         from airflow.models.dagrun import DagRun
         from sqlalchemy import select
 
-        end = session.scalar(
-            select(DagRun.data_interval_end).where(DagRun.dag_id == ti.dag_id, DagRun.run_id == ti.run_id)
-        )
+        with session.no_autoflush:
+            end = session.scalar(
+                select(DagRun.data_interval_end).where(DagRun.dag_id == ti.dag_id, DagRun.run_id == ti.run_id)
+            )
         timetable = getattr(getattr(ti.task, "dag", None), "timetable", None)
         offset = getattr(timetable, "deadline_offset", None)
         if end is None or offset is None:
@@ -210,6 +213,8 @@ def task_instance_mutation_hook(task_instance: Any, dag_run: Any) -> None:
     task = getattr(task_instance, "task", None)
     if task is None or task_instance.map_index is None or task_instance.map_index < 0:
         return
+    if _session_of(task_instance) is None:
+        return  # a new mapped TI before session.merge: refresh_from_task computes its weight next
     try:
         rule = task.weight_rule
     except Exception:  # noqa: BLE001

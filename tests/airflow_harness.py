@@ -470,10 +470,15 @@ def airflow_env(
     home: str | os.PathLike | None = None,
     startup_timeout: float = 180,
     keep_home: bool = False,
+    local_settings: str | None = None,
+    extra_env: Mapping[str, str] | None = None,
 ) -> Iterator[AirflowEnv]:
     """Start scheduler, dag-processor, triggerer and api-server on a fresh home; stop them at exit.
 
     ``config`` adds/overrides settings as ``{"SECTION__KEY": "value"}``.
+    ``local_settings`` is written to ``$AIRFLOW_HOME/config/airflow_local_settings.py``
+    (cluster policies such as ``task_instance_mutation_hook``).
+    ``extra_env`` is added to every process's environment.
     ``af.timings`` reports seconds for ``migrate``, ``healthy`` (processes up) and ``startup`` (total).
     """
     t0 = time.monotonic()
@@ -487,6 +492,10 @@ def airflow_env(
     api_port = _free_port()
     cfg = build_config(home_path, Path(dags_folder).resolve(), api_port, config)
     env = _child_env(home_path, cfg)
+    env.update(extra_env or {})
+    if local_settings is not None:
+        (home_path / "config").mkdir(exist_ok=True)
+        (home_path / "config" / "airflow_local_settings.py").write_text(local_settings)
     af = AirflowEnv(home=home_path, dags_folder=Path(dags_folder).resolve(), api_url=f"http://127.0.0.1:{api_port}", env=env)
     ok = False
     try:
