@@ -87,7 +87,8 @@ async def log_deadline_missed(context: dict | None = None, **kwargs: Any) -> Non
     log.warning("IQP deadline missed: %s", json.dumps(record, default=str))
     marker_dir = os.environ.get(MARKER_DIR_ENV)
     if marker_dir:
-        run_id = str(dag_run.get("run_id", "unknown")).replace("/", "_").replace(":", "_")
+        # the context's dag_run is the REST API's DAGRunResponse: the id is "dag_run_id"
+        run_id = str(dag_run.get("dag_run_id", "unknown")).replace("/", "_").replace(":", "_")
         path = os.path.join(marker_dir, f"missed-{run_id}.json")
         with open(path + ".tmp", "w") as fh:
             json.dump(record, fh, default=str)
