@@ -1,0 +1,72 @@
+"""Which ready batch runs next: LLF, EDF, SJF and RR (section 4.2).
+
+Pure Python (layer 1). The simulator orders ready batches with :func:`priority_key`;
+the Airflow priority-weight strategies turn the same keys into task weights with
+:func:`airflow_weight`. One definition of each policy serves both.
+
+Every key sorts ascending: the smallest key runs first.
+
+* EDF: the query's deadline.
+* LLF: laxity, ``deadline - now - remaining_cost`` (eq. 9). At one moment ``now`` is the
+  same for every candidate, so ordering by ``deadline - remaining_cost`` is the same
+  order. That is the key Airflow can fix per batch when the plan is mapped.
+* SJF: the cost of the batch about to run.
+* RR: no fixed key. The simulator cycles over queries; Airflow cannot express it.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from airflow_iqp.errors import ConfigError
+
+
+class Policy(str, Enum):
+    LLF = "llf"
+    EDF = "edf"
+    SJF = "sjf"
+    RR = "rr"
+
+    @classmethod
+    def parse(cls, name: str) -> "Policy":
+        try:
+            return cls(str(name).lower())
+        except ValueError:
+            raise ConfigError(f"unknown policy {name!r}; expected one of "
+                              f"{', '.join(p.value for p in cls)}", "policy") from None
+
+    @property
+    def has_fixed_key(self) -> bool:
+        """Whether a batch's priority can be fixed when it is planned (all but RR)."""
+        return self is not Policy.RR
+
+
+def priority_key(policy: Policy, *, deadline: float, remaining_cost: float, batch_cost: float) -> float:
+    """The ascending sort key of a ready batch under ``policy`` (LLF without ``now``: see module doc)."""
+    if policy is Policy.EDF:
+        return deadline
+    if policy is Policy.LLF:
+        return deadline - remaining_cost
+    if policy is Policy.SJF:
+        return batch_cost
+    raise ConfigError("round robin has no fixed per-batch key; it is simulated only", "policy")
+
+
+#: Airflow stores priority weights as signed 32-bit integers.
+WEIGHT_MAX = 2**31 - 1
+
+
+def airflow_weight(policy: Policy, *, deadline: float, remaining_cost: float, batch_cost: float,
+                   epoch: float = 0.0, resolution: float = 1.0) -> int:
+    """The key as an Airflow priority weight: larger runs first, within 32 bits.
+
+    ``deadline`` is in seconds since ``epoch`` (e.g. Unix time with epoch 0). Keys are
+    counted in ``resolution`` seconds and mirrored below ``WEIGHT_MAX``: with 1 s
+    resolution, deadlines 68 years apart stay in range. Keys beyond the range are
+    clamped, which only ever ties them, never reverses their order.
+    """
+    if resolution <= 0:
+        raise ConfigError(f"must be > 0, got {resolution!r}", "resolution")
+    key = priority_key(policy, deadline=deadline - epoch, remaining_cost=remaining_cost, batch_cost=batch_cost)
+    w = WEIGHT_MAX - int(round(key / resolution))
+    return max(1, min(WEIGHT_MAX, w))
