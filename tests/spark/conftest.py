@@ -46,8 +46,9 @@ def spark():
 
     session = (
         SparkSession.builder.master("local[2]").appName("airflow-iqp-tests")
-        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.shuffle.partitions", "1")
         .config("spark.default.parallelism", "2")
+        .config("spark.sql.autoBroadcastJoinThreshold", str(64 << 20))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC")
