@@ -42,32 +42,46 @@ def job_path(name: str) -> str:
     return str(path)
 
 
+def submit_spec(app: str, app_args: Sequence[str] = (), master: str = "local[*]",
+                conf: Mapping[str, str] | None = None, *, py_files: Sequence[str] | str | None = None,
+                name: str | None = None, deploy_mode: str | None = None,
+                driver_memory: str | None = None) -> dict:
+    """The pieces of one spark-submit, as keyword arguments of Airflow's ``SparkSubmitOperator``.
+
+    ``{"application", "application_args", "conf", "py_files", "name", "deploy_mode",
+    "driver_memory", "master"}``. Local masters (``local``, ``local[N]``, ``local[*]``) get
+    :data:`LOCAL_CONF` under ``conf``; other masters get only ``conf``.
+    :func:`submit_args` renders exactly this as a command line.
+    """
+    merged: dict[str, str] = dict(LOCAL_CONF) if str(master).startswith("local") else {}
+    merged.update({k: str(v) for k, v in (conf or {}).items()})
+    if py_files is not None and not isinstance(py_files, str):
+        py_files = ",".join(str(p) for p in py_files)
+    return {"application": str(app), "application_args": [str(a) for a in app_args], "conf": merged,
+            "py_files": py_files or None, "name": name, "deploy_mode": deploy_mode,
+            "driver_memory": driver_memory, "master": master}
+
+
 def submit_args(app: str, app_args: Sequence[str] = (), master: str = "local[*]", conf: Mapping[str, str] | None = None,
                 *, py_files: Sequence[str] | str | None = None, name: str | None = None,
                 deploy_mode: str | None = None, driver_memory: str | None = None,
                 spark_submit: str = "spark-submit") -> list[str]:
     """The spark-submit command line for ``app`` (a job script path) with ``app_args``.
 
-    Local masters (``local``, ``local[N]``, ``local[*]``) get :data:`LOCAL_CONF` under
-    ``conf``; other masters get only ``conf``. ``py_files`` is a path or list of paths
-    (e.g. :func:`build_pyfiles_zip`) shipped to the executors.
+    Built from :func:`submit_spec` (same defaults). ``py_files`` is a path or list of
+    paths (e.g. :func:`build_pyfiles_zip`) shipped to the executors.
     """
-    merged: dict[str, str] = dict(LOCAL_CONF) if str(master).startswith("local") else {}
-    merged.update({k: str(v) for k, v in (conf or {}).items()})
-    argv = [spark_submit, "--master", master]
-    if deploy_mode:
-        argv += ["--deploy-mode", deploy_mode]
-    if name:
-        argv += ["--name", name]
-    if driver_memory:
-        argv += ["--driver-memory", driver_memory]
-    for k in sorted(merged):
-        argv += ["--conf", f"{k}={merged[k]}"]
-    if py_files:
-        argv += ["--py-files", py_files if isinstance(py_files, str) else ",".join(py_files)]
-    argv.append(str(app))
-    argv += [str(a) for a in app_args]
-    return argv
+    spec = submit_spec(app, app_args, master, conf, py_files=py_files, name=name, deploy_mode=deploy_mode,
+                       driver_memory=driver_memory)
+    argv = [spark_submit, "--master", spec["master"]]
+    for flag, key in (("--deploy-mode", "deploy_mode"), ("--name", "name"), ("--driver-memory", "driver_memory")):
+        if spec[key]:
+            argv += [flag, spec[key]]
+    for k in sorted(spec["conf"]):
+        argv += ["--conf", f"{k}={spec['conf'][k]}"]
+    if spec["py_files"]:
+        argv += ["--py-files", spec["py_files"]]
+    return argv + [spec["application"], *spec["application_args"]]
 
 
 def submit_env(base: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -12,7 +12,7 @@ import pytest
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.inputs.profiles import PROFILES, arrival_offsets
 from airflow_iqp.inputs.replay import replay
-from airflow_iqp.spark.submit import build_pyfiles_zip, submit_args
+from airflow_iqp.spark.submit import build_pyfiles_zip, submit_args, submit_spec
 from airflow_iqp.state import list_ready_units
 
 N, RATE = 100, 2.0
@@ -124,6 +124,8 @@ def test_submit_args_and_pyfiles_zip(tmp_path):
     assert argv[argv.index("--py-files") + 1] == "a.zip"
     remote = submit_args("app.py", [], master="spark://h:7077")
     assert "spark.ui.enabled=false" not in remote
+    spec = submit_spec("/x/batch_job.py", ["cq2", 3], master="yarn", conf={"a": 1}, py_files=["p.zip", "q.zip"])
+    assert spec["application_args"] == ["cq2", "3"] and spec["conf"] == {"a": "1"} and spec["py_files"] == "p.zip,q.zip"
     z = build_pyfiles_zip(tmp_path / "pkg.zip")
     names = zipfile.ZipFile(z).namelist()
     assert "airflow_iqp/spark/batch_job.py" in names and "airflow_iqp/state.py" in names
