@@ -128,18 +128,6 @@ class PiecewiseLinearCost:
         """The per-batch overhead: the first piece extended to zero units."""
         return self._at(0.0)
 
-    @property
-    def concave(self) -> bool:
-        """Slopes never increase and the overhead is >= 0: the cost grows sublinearly.
-
-        Function 1 finds the fewest batches for such costs (and for linear ones); where
-        two small batches are faster than one big one it may use more than needed.
-        """
-        p = self.points
-        slopes = [(p[i + 1][1] - p[i][1]) / (p[i + 1][0] - p[i][0]) for i in range(len(p) - 1)]
-        below_first = p[0][1] - slopes[0] * p[0][0]  # the first piece at zero units, unclamped
-        return below_first >= 0 and all(a >= b - 1e-12 for a, b in zip(slopes, slopes[1:]))
-
     def _at(self, x: float) -> float:
         xs = self._xs
         i = bisect.bisect_right(xs, x) - 1

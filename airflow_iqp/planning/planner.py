@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from airflow_iqp.planning.models import ArrivalModel, CostModel, FinalAggCost, within
+from airflow_iqp.planning.models import ArrivalModel, CostModel, FinalAggCost, LinearCost, within
 
 
 @dataclass(frozen=True)
@@ -170,10 +170,11 @@ def plan_batches(arrival: ArrivalModel, cost: CostModel, final_agg: FinalAggCost
     by bisecting on the deadline with the same procedure (feasibility only grows as
     the deadline moves later), with ``feasible=False`` and a reason.
 
-    The count is the fewest possible for linear and concave (sublinear) cost models,
-    which the property tests check against exhaustive search. For a cost model that is
-    somewhere superadditive the plan is still valid but may have more batches than
-    needed, and ``plan.extra["note"]`` says so.
+    The count is the fewest possible for linear cost models (an exchange argument, and
+    the property tests check it against exhaustive search). For other cost models the
+    plan is still valid and meets the deadline when it says so, but may have more
+    batches than needed, and ``plan.extra["note"]`` says so: the paper's claim of
+    optimality for any cost model does not hold (see tests/planning/test_properties.py).
     """
     _check_window(arrival, window_end, deadline)
     passes: list[int] = []
@@ -184,9 +185,9 @@ def plan_batches(arrival: ArrivalModel, cost: CostModel, final_agg: FinalAggCost
         finish, sizes = _earliest_finish(arrival, cost, final_agg, window_end, deadline, passes)
         plan = build_plan(sizes, arrival, cost, final_agg, window_end, deadline, latest_from=finish)
     plan.extra["function1_runs"] = sum(passes)
-    if getattr(cost, "concave", True) is False:
-        plan.extra["note"] = ("the cost model is not concave (somewhere two small batches are faster than one "
-                              "big one): Function 1 may use more batches than needed")
+    if not isinstance(cost, LinearCost):
+        plan.extra["note"] = ("Function 1 finds the fewest batches for linear cost models; with this one it may "
+                              "use more than needed")
     return plan
 
 

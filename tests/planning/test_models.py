@@ -50,7 +50,6 @@ def test_piecewise_cost_interpolates_and_extends():
     assert c.overhead == pytest.approx(15.0)       # first piece extended to zero units
     assert c.cost(1) == pytest.approx(15.5)
     assert c.capacity(22.5) == 15
-    assert c.concave
 
 
 def test_callable_cost_capacity_by_search():
