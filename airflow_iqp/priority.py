@@ -31,11 +31,9 @@ DB read at all (opening a session there would commit the scheduler's). Without a
 plan entry EDF falls back to the run's deadline (``data_interval_end`` plus the
 ``WindowTimetable``'s ``deadline_offset``); otherwise the weight is ``NEUTRAL_WEIGHT``.
 
-Weights: a smaller key must give a larger weight, within the DB's int32. ``weight =
-BASE - (key - REFERENCE) / resolution`` clamped to ``[1, 2**31 - 1]``; BASE = 2**30, so
-with 1 s resolution EDF/LLF keys are ordered correctly for +-34 years around 2025 and
-SJF (1 ms resolution) for costs up to 12 days. All weights are far above Airflow's
-default weights (1 + downstream count), so batches outrank plain tasks in pool queues.
+The keys and their mapping to 32-bit weights are layer 1's
+:func:`airflow_iqp.planning.policies.airflow_weight`, the same policy definitions the
+simulator orders batches by.
 """
 
 from __future__ import annotations
@@ -46,22 +44,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.policies import hookimpl
 from airflow.task.priority_strategy import PriorityWeightStrategy
 
+from airflow_iqp.planning.policies import Policy, airflow_weight
+
 if TYPE_CHECKING:
     from airflow.models.taskinstance import TaskInstance
 
 log = logging.getLogger(__name__)
 
 PLAN_TASK_ID = "plan"
-DB_MAX = 2**31 - 1
-BASE = 2**30
-REFERENCE_TS = 1735689600.0  # 2025-01-01T00:00:00Z
 NEUTRAL_WEIGHT = 1
-
-
-def descending_weight(key: float, resolution: float, reference: float = 0.0) -> int:
-    """Map a key (smaller = more urgent) to a valid int32 weight (larger = more urgent)."""
-    raw = BASE - round((key - reference) / resolution)
-    return max(1, min(DB_MAX, raw))
 
 
 def _session_of(ti: Any):
@@ -143,59 +134,41 @@ def run_deadline_ts(ti: Any) -> float | None:
 
 
 class _PlanKeyPriority(PriorityWeightStrategy):
-    """A weight from one number per batch: smaller key = higher weight."""
+    """A weight from the batch's plan entry under one of layer 1's policies."""
 
-    resolution: float = 1.0
-    reference: float = REFERENCE_TS
-
-    def key(self, entry: dict) -> float:
-        raise NotImplementedError
-
-    def fallback_key(self, ti: Any) -> float | None:
-        return None
+    policy: Policy
 
     def get_weight(self, ti: TaskInstance) -> int:
         entry = plan_entry(ti)
         try:
-            key = self.key(entry) if entry is not None else self.fallback_key(ti)
+            if entry is not None:
+                return airflow_weight(self.policy, deadline=float(entry["deadline_ts"]),
+                                      remaining_cost=float(entry["remaining_cost"]), batch_cost=float(entry["cost"]))
         except (KeyError, TypeError, ValueError):
-            log.warning("plan entry %r of %s lacks the key for %s", entry, ti.run_id, type(self).__name__)
-            key = self.fallback_key(ti)
-        if key is None:
-            return NEUTRAL_WEIGHT
-        return descending_weight(float(key), self.resolution, self.reference)
+            log.warning("plan entry %r of %s lacks the keys for %s", entry, ti.run_id, type(self).__name__)
+        if self.policy is Policy.EDF:  # EDF needs only the run's deadline
+            deadline = run_deadline_ts(ti)
+            if deadline is not None:
+                return airflow_weight(self.policy, deadline=deadline, remaining_cost=0.0, batch_cost=0.0)
+        return NEUTRAL_WEIGHT
 
 
 class EDFPriority(_PlanKeyPriority):
-    """Earliest deadline first: key = the query's deadline (epoch seconds)."""
+    """Earliest deadline first: the query's deadline."""
 
-    def key(self, entry: dict) -> float:
-        return float(entry["deadline_ts"])
-
-    def fallback_key(self, ti: Any) -> float | None:
-        return run_deadline_ts(ti)
+    policy = Policy.EDF
 
 
 class LLFPriority(_PlanKeyPriority):
-    """Least laxity first: key = deadline - remaining planned work from this batch on.
+    """Least laxity first: deadline minus the planned work from this batch on (see policies)."""
 
-    Laxity at time t is ``deadline - t - remaining_cost``; t is the same for every
-    candidate at a given moment, so the static key ``deadline - remaining_cost`` orders
-    batches exactly as laxity does.
-    """
-
-    def key(self, entry: dict) -> float:
-        return float(entry["deadline_ts"]) - float(entry["remaining_cost"])
+    policy = Policy.LLF
 
 
 class SJFPriority(_PlanKeyPriority):
-    """Shortest job first: key = this batch's planned seconds (1 ms resolution)."""
+    """Shortest job first: this batch's planned seconds."""
 
-    resolution = 0.001
-    reference = 0.0
-
-    def key(self, entry: dict) -> float:
-        return float(entry["cost"])
+    policy = Policy.SJF
 
 
 STRATEGIES: tuple[type[PriorityWeightStrategy], ...] = (EDFPriority, LLFPriority, SJFPriority)

@@ -54,19 +54,21 @@ def priority_key(policy: Policy, *, deadline: float, remaining_cost: float, batc
 
 #: Airflow stores priority weights as signed 32-bit integers.
 WEIGHT_MAX = 2**31 - 1
+#: Keys are mirrored around this weight, far above Airflow's default weights
+#: (1 + downstream tasks), so batches outrank plain tasks in a pool's queue.
+WEIGHT_BASE = 2**30
+#: Deadlines are counted from 2025-01-01T00:00:00Z (Unix seconds).
+DEADLINE_REFERENCE = 1735689600.0
 
 
-def airflow_weight(policy: Policy, *, deadline: float, remaining_cost: float, batch_cost: float,
-                   epoch: float = 0.0, resolution: float = 1.0) -> int:
+def airflow_weight(policy: Policy, *, deadline: float, remaining_cost: float, batch_cost: float) -> int:
     """The key as an Airflow priority weight: larger runs first, within 32 bits.
 
-    ``deadline`` is in seconds since ``epoch`` (e.g. Unix time with epoch 0). Keys are
-    counted in ``resolution`` seconds and mirrored below ``WEIGHT_MAX``: with 1 s
-    resolution, deadlines 68 years apart stay in range. Keys beyond the range are
-    clamped, which only ever ties them, never reverses their order.
+    ``deadline`` is Unix seconds. EDF and LLF keys count whole seconds from 2025, so
+    deadlines within +-34 years of it keep their order; SJF counts milliseconds of
+    batch cost (up to 12 days). Keys beyond the range are clamped, which can only tie
+    them, never reverse their order.
     """
-    if resolution <= 0:
-        raise ConfigError(f"must be > 0, got {resolution!r}", "resolution")
-    key = priority_key(policy, deadline=deadline - epoch, remaining_cost=remaining_cost, batch_cost=batch_cost)
-    w = WEIGHT_MAX - int(round(key / resolution))
-    return max(1, min(WEIGHT_MAX, w))
+    key = priority_key(policy, deadline=deadline, remaining_cost=remaining_cost, batch_cost=batch_cost)
+    reference, resolution = (0.0, 0.001) if policy is Policy.SJF else (DEADLINE_REFERENCE, 1.0)
+    return max(1, min(WEIGHT_MAX, WEIGHT_BASE - round((key - reference) / resolution)))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.airflow_harness import airflow_env  # noqa: E402
+from airflow_iqp.local_airflow import airflow_env  # noqa: E402
 
 pytestmark = pytest.mark.airflow
 
@@ -58,9 +58,6 @@ DAG_FILE = textwrap.dedent(
     '''
 )
 
-POLICY = "from airflow_iqp.priority import task_instance_mutation_hook  # noqa: F401\n"
-
-
 def desc(key: float, resolution: float, reference: float) -> int:
     return 2**30 - round((key - reference) / resolution)
 
@@ -73,12 +70,18 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("with_policy", [True, False], ids=["with_policy", "without_policy"])
-def test_mapped_weights_in_metadata_db(tmp_path, with_policy):
+def test_mapped_weights_in_metadata_db(tmp_path):
+    """Every mapped batch gets its policy's weight, batch 1 included.
+
+    Airflow renames the unexpanded TI to map index 0 without recomputing its weight;
+    the provider's ``airflow.policy`` entry point installs the task-instance mutation
+    hook that fixes it, with no ``airflow_local_settings.py`` in the home.
+    """
     dags = tmp_path / "dags"
     dags.mkdir()
     (dags / "prio_probe.py").write_text(DAG_FILE)
-    with airflow_env(dags, local_settings=POLICY if with_policy else None) as af:
+    with airflow_env(dags) as af:
+        assert not (af.home / "config" / "airflow_local_settings.py").exists()
         af.wait_for_dag("prio_probe")
         run_id = af.trigger("prio_probe")
         af.wait_for_run("prio_probe", run_id, timeout=180)
@@ -92,11 +95,4 @@ def test_mapped_weights_in_metadata_db(tmp_path, with_policy):
     # sanity of the expectations themselves: most urgent batch gets the largest weight
     assert max(EXPECTED["edf"]) == EXPECTED["edf"][1] and max(EXPECTED["sjf"]) == EXPECTED["sjf"][2]
     assert max(EXPECTED["llf"]) == EXPECTED["llf"][1]
-    for task_id, expected in EXPECTED.items():
-        if with_policy:
-            assert got[task_id] == expected, (task_id, got)
-        else:
-            # Airflow renames the unexpanded TI to map index 0 without recomputing its
-            # weight; only the mutation hook policy fixes that.
-            assert got[task_id][1:] == expected[1:], (task_id, got)
-            assert got[task_id][0] == 1, (task_id, got)
+    assert got == EXPECTED
