@@ -45,9 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Environment variable naming a directory where :func:`log_deadline_missed` also drops a
-#: JSON file per missed deadline (used by tests; harmless when unset).
-MARKER_DIR_ENV = "AIRFLOW_IQP_DEADLINE_MARKER_DIR"
 
 
 class WindowEndDeadline(BaseDeadlineReference):
@@ -78,21 +75,23 @@ class WindowEndDeadline(BaseDeadlineReference):
         return end
 
 
-async def log_deadline_missed(context: dict | None = None, **kwargs: Any) -> None:
-    """Default ``AsyncCallback`` target: log the missed deadline (runs in the triggerer)."""
+async def log_deadline_missed(context: dict | None = None, query: str | None = None, **kwargs: Any) -> None:
+    """Default ``AsyncCallback`` target (runs in the triggerer): log it, and record it as JSON.
+
+    The record goes to ``STATE/<query>/deadline_missed/<run id>.json`` (``[iqp] state_dir``).
+    """
+    from airflow_iqp import config
+    from airflow_iqp.state import atomic_write_json
+
     context = context or {}
     dag_run = context.get("dag_run") or {}
     deadline = context.get("deadline") or {}
-    record = {"kwargs": kwargs, "dag_run": _jsonable(dag_run), "deadline": _jsonable(deadline)}
+    record = {"query": query, "kwargs": kwargs, "dag_run": _jsonable(dag_run), "deadline": _jsonable(deadline)}
     log.warning("IQP deadline missed: %s", json.dumps(record, default=str))
-    marker_dir = os.environ.get(MARKER_DIR_ENV)
-    if marker_dir:
-        # the context's dag_run is the REST API's DAGRunResponse: the id is "dag_run_id"
-        run_id = str(dag_run.get("dag_run_id", "unknown")).replace("/", "_").replace(":", "_")
-        path = os.path.join(marker_dir, f"missed-{run_id}.json")
-        with open(path + ".tmp", "w") as fh:
-            json.dump(record, fh, default=str)
-        os.replace(path + ".tmp", path)
+    # the context's dag_run is the REST API's DAGRunResponse: the id is "dag_run_id"
+    run_id = str(dag_run.get("dag_run_id", "unknown")).replace("/", "_").replace(":", "_")
+    path = os.path.join(config.state_dir(), query or "unknown", "deadline_missed", f"{run_id}.json")
+    atomic_write_json(path, record)
 
 
 def _jsonable(value: Any) -> Any:
@@ -103,9 +102,10 @@ def _jsonable(value: Any) -> Any:
 
 
 def window_deadline_alert(
-    deadline_offset: timedelta, callback: Any = None, name: str | None = "iqp-window-deadline"
+    deadline_offset: timedelta, callback: Any = None, name: str | None = "iqp-window-deadline",
+    query: str | None = None,
 ) -> DeadlineAlert:
-    """A ``DeadlineAlert`` at window end + ``deadline_offset`` (default callback: log it)."""
+    """A ``DeadlineAlert`` at window end + ``deadline_offset`` (default callback: log and record it)."""
     if callback is None:
-        callback = AsyncCallback(log_deadline_missed)
+        callback = AsyncCallback(log_deadline_missed, kwargs={"query": query})
     return DeadlineAlert(reference=WindowEndDeadline(), interval=deadline_offset, callback=callback, name=name)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.airflow_harness import airflow_env  # noqa: E402
+from airflow_iqp.local_airflow import airflow_env  # noqa: E402
 
 pytestmark = pytest.mark.airflow
 
@@ -64,7 +64,8 @@ def test_deadline_fires_for_live_window_not_for_backfill(tmp_path):
     markers.mkdir()
     anchor = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=30)
     (dags / "deadline_probe.py").write_text(DAG_TEMPLATE.format(anchor=anchor.isoformat(), W=W, OFFSET=OFFSET))
-    with airflow_env(dags, extra_env={"AIRFLOW_IQP_DEADLINE_MARKER_DIR": str(markers)}) as af:
+    # The default callback records a missed deadline under [iqp] state_dir.
+    with airflow_env(dags, extra_env={"AIRFLOW__IQP__STATE_DIR": str(markers)}) as af:
         af.wait_for_dag("deadline_probe")
         af.unpause("deadline_probe")
         backfill = af.backfill("deadline_probe", anchor - timedelta(seconds=3 * W), anchor - timedelta(seconds=2 * W))
@@ -83,7 +84,7 @@ def test_deadline_fires_for_live_window_not_for_backfill(tmp_path):
             af.wait_for_run("deadline_probe", r["dag_run_id"], timeout=60)
         # give the triggerer a moment to run the callback
         for _ in range(40):
-            if list(markers.glob("missed-*.json")):
+            if list(markers.glob("probe/deadline_missed/*.json")):
                 break
             time.sleep(0.5)
         rows = af.sql(
@@ -102,10 +103,10 @@ def test_deadline_fires_for_live_window_not_for_backfill(tmp_path):
         (anchor + timedelta(seconds=W + OFFSET)).strftime("%Y-%m-%d %H:%M:%S")
     ), rows
     # The AsyncCallback ran in the triggerer, for the live run only.
-    files = sorted(markers.glob("missed-*.json"))
+    files = sorted(markers.glob("probe/deadline_missed/*.json"))
     assert len(files) == 1, (files, callbacks)
     record = json.loads(files[0].read_text())
-    assert record["kwargs"] == {"query": "probe"}
+    assert record["query"] == "probe"
     assert record["dag_run"]["dag_run_id"] == live["dag_run_id"]
     assert record["dag_run"]["run_type"] == "scheduled"
     assert record["deadline"]["deadline_time"].startswith((anchor + timedelta(seconds=W + OFFSET)).strftime("%Y-%m-%d"))

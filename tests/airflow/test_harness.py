@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.airflow_harness import airflow_env  # noqa: E402
+from airflow_iqp.local_airflow import airflow_env  # noqa: E402
 
 pytestmark = pytest.mark.airflow
 

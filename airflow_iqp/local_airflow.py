@@ -1,4 +1,4 @@
-"""A real-process Airflow 3.3 test harness.
+"""A throw-away local Airflow 3.3 made of real processes, for the demo and the tests.
 
 ``airflow_env(dags_folder)`` is a context manager that builds a throw-away AIRFLOW_HOME
 (SQLite metadata DB, LocalExecutor, fast parsing/scheduling intervals, simple auth manager
@@ -8,7 +8,7 @@ api-server as real processes (each in its own process group), waits until the ap
 
 It is a plain module (no pytest fixtures) so any test or conftest can use it::
 
-    from tests.airflow_harness import airflow_env
+    from airflow_iqp.local_airflow import airflow_env
 
     with airflow_env(dags_folder) as af:
         af.wait_for_dag("my_dag")
