@@ -1,0 +1,45 @@
+"""The provider's ``[iqp]`` configuration section (declared in ``get_provider_info``).
+
+Set it in ``airflow.cfg`` or as ``AIRFLOW__IQP__<OPTION>`` environment variables.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULTS = {
+    "state_dir": "",          # default: $AIRFLOW_HOME/iqp/state
+    "spark_conn_id": "spark_default",
+    "poll_interval": "2",     # seconds between readiness checks in the triggerer
+    "ship_package": "False",  # --py-files a zip of airflow_iqp (needed on a real cluster)
+}
+
+
+def get(option: str) -> str:
+    """An ``[iqp]`` option, falling back to :data:`DEFAULTS`."""
+    try:
+        from airflow.configuration import conf
+
+        value = conf.get("iqp", option, fallback=None)
+    except Exception:  # noqa: BLE001 - outside Airflow (tests, CLI)
+        value = None
+    if value is None:
+        value = os.environ.get(f"AIRFLOW__IQP__{option.upper()}", DEFAULTS[option])
+    return value
+
+
+def state_dir() -> str:
+    value = get("state_dir")
+    if value:
+        return value
+    home = os.environ.get("AIRFLOW_HOME", str(Path.home() / "airflow"))
+    return str(Path(home) / "iqp" / "state")
+
+
+def poll_interval() -> float:
+    return float(get("poll_interval"))
+
+
+def ship_package() -> bool:
+    return get("ship_package").strip().lower() in ("1", "true", "yes")

@@ -1,0 +1,96 @@
+"""``iqp_dag``: one recurring query as a DAG, in about ten lines.
+
+::
+
+    from datetime import timedelta
+    from airflow_iqp.dag_factory import iqp_dag
+
+    dag = iqp_dag(
+        query="cq2",
+        landing="/data/landing/orders/{{ data_interval_start | ts_nodash }}",
+        static="/data/tpch/static",
+        units=240, window=timedelta(hours=1), deadline_offset=timedelta(minutes=10),
+        rate=240 / 3600, cost_hint={"kind": "linear", "per_unit": 0.05, "per_batch": 20},
+    )
+
+The DAG: ``plan`` (BatchPlanOperator) -> per batch, a mapped task group ``batch`` of
+``wait`` (BatchReadySensor, deferred to the triggerer) and ``submit``
+(BatchSubmitOperator, spark-submit of the batch job) -> ``final``
+(FinalAggregationOperator). Runs come from a WindowTimetable: one per window, created
+as the window opens.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG, task_group
+
+from airflow_iqp.operators.final import FinalAggregationOperator
+from airflow_iqp.operators.plan import BatchPlanOperator
+from airflow_iqp.operators.submit import BatchSubmitOperator
+from airflow_iqp.sensors.ready import BatchReadySensor
+from airflow_iqp.timetables.window import WindowTimetable
+
+#: A batch's name in the UI, e.g. "batch 2/3 · 240 units · ready 10:04".
+BATCH_LABEL = "{{ task.batch.label }}"
+
+
+def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadline_offset: dt.timedelta,
+            static: str | None = None, dag_id: str | None = None, rate: float | None = None, profile: str = "fixed",
+            arrival: str = "hint", cost_hint: dict | None = None, final_agg_hint: dict | None = None,
+            backend: str = "spark-submit", state_dir: str | None = None, mode: str = "plan", rsf: float = 0.5,
+            c_max: float | None = None, max_batches: int = 16, margin: float | None = None, pool: str | None = None,
+            weight_rule: str | None = None, retries: int = 2, deadline_alert: bool = True,
+            deadline_callback: Any = None, on_deadline_risk: Any = None, anchor: dt.datetime | None = None,
+            start_date: dt.datetime | None = None, catchup: bool = False, tags: tuple[str, ...] = (),
+            spark_conf: dict | None = None, **dag_kwargs) -> DAG:
+    """Build the DAG of one recurring query.
+
+    :param query: a query id of the catalogue (``airflow-iqp`` queries: cq1..cq4, q1, q3, ...).
+    :param landing: where this window's units land (templated, e.g. with ``data_interval_start``).
+    :param units: units expected per window.
+    :param window: the window length; runs are created as each window opens.
+    :param deadline_offset: the result is due this long after the window's end.
+    :param margin: seconds kept between a batch's input being ready and its latest start (default 10).
+    :param pool: an Airflow pool whose slots are the batches the Spark cluster runs at once.
+    :param weight_rule: ``"airflow_iqp.priority.EDFPriority"``, ``...LLFPriority`` or ``...SJFPriority``.
+    :param deadline_alert: attach a DeadlineAlert (off for ``airflow dags test``, which crashes on one in 3.3.2).
+    """
+    from airflow_iqp.deadlines import window_deadline_alert
+
+    if deadline_alert:
+        dag_kwargs["deadline"] = window_deadline_alert(deadline_offset, deadline_callback, query=query)
+    with DAG(
+        dag_id=dag_id or f"iqp_{query}",
+        schedule=WindowTimetable(window=window, deadline_offset=deadline_offset, anchor=anchor),
+        start_date=start_date or pendulum.datetime(2026, 1, 1, tz="UTC"),
+        catchup=catchup,
+        tags=("iqp", query, *tags),
+        doc_md=f"Recurring query **{query}**: windows of {window}, result due {deadline_offset} after each.",
+        **dag_kwargs,
+    ) as dag:
+        plan = BatchPlanOperator(
+            task_id="plan", query=query, landing=landing, units=units, static=static, state_dir=state_dir,
+            rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint, final_agg_hint=final_agg_hint,
+            backend=backend, mode=mode, rsf=rsf, c_max=c_max, max_batches=max_batches, margin=margin,
+            on_deadline_risk=on_deadline_risk)
+        spark = {"pool": pool} if pool else {}
+        if weight_rule:
+            spark["weight_rule"] = weight_rule
+
+        @task_group(group_id="batch")
+        def batch(entry):
+            wait = BatchReadySensor(task_id="wait", batch=entry, map_index_template=BATCH_LABEL)
+            submit = BatchSubmitOperator(task_id="submit", batch=entry, map_index_template=BATCH_LABEL,
+                                         retries=retries, retry_delay=dt.timedelta(seconds=5),
+                                         conf=spark_conf, **spark)
+            wait >> submit
+
+        final = FinalAggregationOperator(task_id="final", query=query, plan=plan.output, state_dir=state_dir,
+                                         conf=spark_conf, retries=retries, retry_delay=dt.timedelta(seconds=5),
+                                         **spark)
+        batch.expand(entry=plan.output) >> final
+    return dag

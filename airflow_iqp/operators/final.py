@@ -1,0 +1,100 @@
+"""FinalAggregationOperator: merge a window's partials before the deadline, and account for it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from airflow.sdk import Asset
+from airflow.utils.trigger_rule import TriggerRule
+
+from airflow_iqp import config
+from airflow_iqp.operators.submit import _IQPSparkSubmit
+from airflow_iqp.runtime import late_units, record_arrivals, window_id
+from airflow_iqp.state import WindowState, atomic_write_json, read_claims, read_json
+
+
+def result_asset(query: str) -> Asset:
+    """The Airflow Asset of a query's results; downstream DAGs can be scheduled on it."""
+    return Asset(name=f"iqp_{query}_result", uri=f"file://{config.state_dir()}/{query}/result")
+
+
+class FinalAggregationOperator(_IQPSparkSubmit):
+    """Runs the final job, which merges every batch's partial into the window's result.
+
+    ``trigger_rule="none_failed"``, so batches skipped for want of input do not skip it.
+    The job checks that every claimed unit is covered exactly once. Afterwards this
+    operator records units that arrived after the last claim as late data (the result is
+    then marked partial), the window's observed arrivals (for the next plan), and a
+    report of planned against actual times; it emits an Asset event for the result and
+    returns whether the deadline was met.
+
+    :param query: query id of the catalogue.
+    :param plan: the plan task's output (all batch entries).
+    :param state_dir: the state directory (default ``[iqp] state_dir``).
+    """
+
+    template_fields: Sequence[str] = (*_IQPSparkSubmit.template_fields, "plan", "state_dir")
+
+    def __init__(self, *, query: str, plan: Any, state_dir: str | None = None, **kwargs):
+        kwargs.setdefault("trigger_rule", TriggerRule.NONE_FAILED)
+        kwargs.setdefault("conn_id", config.get("spark_conn_id"))
+        kwargs.setdefault("name", f"iqp-final-{query}")
+        kwargs.setdefault("outlets", [result_asset(query)])
+        super().__init__(**kwargs)
+        self.query = query
+        self.plan = plan
+        self.state_dir = state_dir or config.state_dir()
+
+    def _window(self, context) -> WindowState:
+        start = context["data_interval_start"].timestamp()
+        return WindowState(self.state_dir, self.query, window_id(start))
+
+    def render_template_fields(self, context, jinja_env=None) -> None:
+        super().render_template_fields(context, jinja_env)
+        self._prepare("final", [self.query, str(self._window(context).root)])
+
+    def execute(self, context) -> Any:
+        ws = self._window(context)
+        start = context["data_interval_start"].timestamp()
+        batches = list(self.plan or [])
+        super().execute(context)
+        finished = time.time()
+        manifest = read_json(ws.result_manifest)
+        cfg = batches[0] if batches else {"state_dir": self.state_dir, "query": self.query, "landing": ""}
+        late = late_units(cfg, start) if batches else {"units": [], "files": [], "arrival_times": []}
+        if batches:
+            record_arrivals(cfg, start)
+        manifest["partial"] = bool(late["units"])
+        manifest["late_units"] = late["units"]
+        atomic_write_json(ws.result_manifest, manifest)
+        if late["units"]:
+            atomic_write_json(ws.root / "late.json", late)
+            self.log.warning("%d units arrived after the last claim: recorded in %s; the result is partial",
+                             len(late["units"]), ws.root / "late.json")
+        # A backfilled window's deadline passed long ago; there is none to meet.
+        deadline = batches[0]["deadline_ts"] if batches and not batches[0].get("backfill") else None
+        report = self._report(ws, batches, finished, deadline, manifest)
+        atomic_write_json(ws.root / "report.json", report)
+        context["outlet_events"][result_asset(self.query)].extra = {
+            "window": ws.window_id, "result": manifest["result"], "partial": manifest["partial"]}
+        self.log.info("result %s (%d rows) at %.0f; deadline %s", manifest["result"], manifest.get("rows_out") or 0,
+                      finished, "met" if report["deadline_met"] else "MISSED")
+        return report
+
+    def _report(self, ws, batches, finished, deadline, manifest) -> dict:
+        claims = read_claims(ws)
+        rows = []
+        for b in batches:
+            claim = claims.get(b["index"], {})
+            mpath = ws.metrics_path(b["index"])
+            metrics = read_json(mpath) if mpath.exists() else {}
+            rows.append({"index": b["index"], "planned_units": b["units"], "planned_cumulative": b["cumulative"],
+                         "ready_ts": b["ready_ts"], "latest_start_ts": b["latest_start_ts"],
+                         "planned_cost": b["cost"], "claimed_units": len(claim.get("units", [])),
+                         "claimed_at": claim.get("claimed_at"), "wall_seconds": metrics.get("wall_seconds"),
+                         "cpu_seconds": metrics.get("cpu_seconds"), "written_at": metrics.get("written_at")})
+        return {"query": self.query, "window": ws.window_id, "deadline_ts": deadline, "finished_ts": finished,
+                "deadline_met": deadline is None or finished <= deadline, "batches": rows,
+                "final_wall_seconds": manifest.get("wall_seconds"), "final_cpu_seconds": manifest.get("cpu_seconds"),
+                "result": manifest["result"], "partial": manifest["partial"], "late_units": manifest["late_units"]}

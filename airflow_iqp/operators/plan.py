@@ -1,0 +1,78 @@
+"""BatchPlanOperator: the deadline-aware operator that plans a window's batches."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Sequence
+
+from airflow.sdk import BaseOperator
+
+from airflow_iqp import config
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.notifications.deadline import DeadlineRiskNotifier
+from airflow_iqp.runtime import QueryConfig, format_window_plan, plan_window, store_plan
+from airflow_iqp.state import WindowState
+
+
+class BatchPlanOperator(BaseOperator):
+    """Plans the fewest, largest batches of this run's window that meet its deadline.
+
+    Reads the window (the run's data interval) and the deadline (the window's end plus
+    ``deadline_offset``, by default the ``WindowTimetable``'s). The arrival model is
+    the configured hint (``rate``, ``profile``) or, with ``arrival="observed"``, the
+    previous window's observed arrivals; the cost model is fitted to the cost history of
+    the backend in use, with ``cost_hint`` and ``final_agg_hint`` as the fallback. If the
+    window's input is already complete (a backfill) it plans one batch.
+
+    It logs the plan as a table, stores it as ``STATE/<query>/<window>/plan.json`` and as
+    the XCom ``plan``, and returns one entry per batch for mapping. If the deadline
+    cannot be met it warns through ``on_deadline_risk`` (default
+    :class:`DeadlineRiskNotifier`: a log line and ``deadline_risk.json``) and returns the
+    best-effort plan, the one that finishes earliest.
+    """
+
+    template_fields: Sequence[str] = ("landing", "static", "state_dir")
+    ui_color = "#f5e6c8"
+
+    def __init__(self, *, query: str, landing: str, units: int, static: str | None = None,
+                 state_dir: str | None = None, rate: float | None = None, profile: str = "fixed",
+                 arrival: str = "hint", cost_hint: dict | None = None, final_agg_hint: dict | None = None,
+                 backend: str = "spark-submit", mode: str = "plan", rsf: float = 0.5, c_max: float | None = None,
+                 max_batches: int = 16, margin: float | None = None, deadline_offset: dt.timedelta | None = None,
+                 on_deadline_risk: Any = None, **kwargs):
+        super().__init__(**kwargs)
+        self.query, self.landing, self.units, self.static = query, landing, units, static
+        self.state_dir = state_dir or config.state_dir()
+        self.options = {k: v for k, v in dict(rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint,
+                                               final_agg_hint=final_agg_hint, backend=backend, mode=mode, rsf=rsf,
+                                               c_max=c_max, max_batches=max_batches, margin=margin).items()
+                        if v is not None}
+        self.deadline_offset = deadline_offset
+        self.on_deadline_risk = on_deadline_risk or DeadlineRiskNotifier()
+
+    def _offset(self, context) -> dt.timedelta:
+        if self.deadline_offset is not None:
+            return self.deadline_offset
+        offset = getattr(getattr(context["dag"], "timetable", None), "deadline_offset", None)
+        if offset is None:
+            raise ConfigError("no deadline: give deadline_offset, or schedule the DAG with a WindowTimetable",
+                              "deadline_offset")
+        return offset
+
+    def execute(self, context) -> list[dict]:
+        start, end = context["data_interval_start"], context["data_interval_end"]
+        if start is None or end is None or end <= start:
+            raise ConfigError("this run has no window: trigger it with a logical date, or let the "
+                              "WindowTimetable schedule it", "data_interval")
+        cfg = QueryConfig(query=self.query, landing=self.landing, state_dir=self.state_dir, units=self.units,
+                          static=self.static, **self.options)
+        wp = plan_window(cfg, start.timestamp(), end.timestamp(), (end + self._offset(context)).timestamp())
+        self.log.info("plan\n%s", format_window_plan(wp))
+        path = store_plan(wp)
+        context["ti"].xcom_push(key="plan", value=wp.to_dict())
+        if not wp.plan.feasible and not wp.backfill:
+            context["iqp_plan"] = wp.to_dict()
+            context["iqp_record"] = str(WindowState(cfg.state_dir, cfg.query, wp.window_id).root / "deadline_risk.json")
+            self.on_deadline_risk(context)
+        self.log.info("plan stored in %s: %d batches", path, len(wp.batches))
+        return wp.batches

@@ -1,0 +1,337 @@
+"""What the Airflow parts do for one window, without Airflow: plan, readiness, claims, late data.
+
+The operators, sensor and trigger in this provider are thin: they read the run's window
+and configuration from Airflow, call these functions, and hand data work to Spark. So
+this module imports neither Airflow nor Spark, and tests exercise it directly.
+
+Times here are Unix seconds (floats). The planning core works in seconds since the
+window start; :func:`plan_window` converts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.planning.minbatch import min_batch_size
+from airflow_iqp.planning.models import (
+    CostModel, EmpiricalArrival, FinalAggCost, PiecewiseLinearFinalAgg, cost_model_from_dict, final_agg_from_dict,
+    fit_piecewise_linear,
+)
+from airflow_iqp.planning.planner import Plan, build_plan, plan_batches
+from airflow_iqp.state import (
+    WindowState, atomic_write_json, claim_units, list_ready_units, read_claims, read_cost_history, read_json,
+    unit_files,
+)
+
+#: What a unit's files are; a unit is complete when both exist.
+STREAMS = ("orders", "lineitem")
+
+
+def window_id(window_start: float) -> str:
+    """The window's id in the state layout: its start as ``YYYYmmddTHHMMSS`` (UTC)."""
+    return dt.datetime.fromtimestamp(window_start, dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+
+
+def clock(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%H:%M:%S")
+
+
+@dataclass(frozen=True)
+class QueryConfig:
+    """One recurring query's settings, as a DAG author gives them (see ``iqp_dag``)."""
+
+    query: str
+    landing: str                 #: this window's landing directory (resolved)
+    state_dir: str
+    units: int                   #: units expected per window
+    static: str | None = None
+    rate: float | None = None    #: arrival hint, units/s (default: units over the window)
+    profile: str = "fixed"       #: arrival hint's profile (airflow_iqp.inputs.profiles)
+    arrival: str = "hint"        #: "hint", or "observed": the last window's observed arrivals
+    cost_hint: dict = field(default_factory=lambda: {"kind": "linear", "per_unit": 0.1, "per_batch": 20.0})
+    final_agg_hint: dict = field(default_factory=lambda: {"kind": "linear", "base": 20.0, "per_batch": 0.5})
+    backend: str = "spark-submit"
+    mode: str = "plan"           #: "plan" (Algorithm 1) or "dynamic" (MinBatches, section 4)
+    rsf: float = 0.5
+    c_max: float | None = None
+    max_batches: int = 16        #: dynamic mode maps this many batches at most
+    #: Seconds kept between a batch's input being ready and its latest safe start, for
+    #: what the plan does not model: noticing the input (the trigger polls), claiming it,
+    #: starting the job. Function 1 leaves every batch but the first no slack at all.
+    margin: float = 10.0
+
+    def __post_init__(self):
+        if not isinstance(self.units, int) or self.units < 1:
+            raise ConfigError(f"must be a whole number >= 1, got {self.units!r}", "units")
+        if self.arrival not in ("hint", "observed"):
+            raise ConfigError(f"must be 'hint' or 'observed', got {self.arrival!r}", "arrival")
+        if self.mode not in ("plan", "dynamic"):
+            raise ConfigError(f"must be 'plan' or 'dynamic', got {self.mode!r}", "mode")
+        if not self.margin >= 0:
+            raise ConfigError(f"must be >= 0 seconds, got {self.margin!r}", "margin")
+        if self.rate is not None and not self.rate > 0:
+            raise ConfigError(f"must be > 0 units per second, got {self.rate!r}", "rate")
+        cost_model_from_dict(self.cost_hint, "cost_hint")
+        final_agg_from_dict(self.final_agg_hint, "final_agg_hint")
+
+    def window_state(self, window_start: float) -> WindowState:
+        return WindowState(self.state_dir, self.query, window_id(window_start))
+
+
+# ----------------------------------------------------------------------- models
+
+
+def arrival_offsets_hint(cfg: QueryConfig, window_len: float) -> list[float]:
+    """Expected arrival offsets (s after the window start) of the window's units."""
+    from airflow_iqp.inputs.profiles import arrival_offsets
+
+    rate = cfg.rate or cfg.units / window_len
+    return arrival_offsets(cfg.profile, rate, cfg.units, window=window_len)
+
+
+def observed_offsets(cfg: QueryConfig) -> list[float] | None:
+    """The most recent earlier window's observed arrival offsets, if any were recorded."""
+    root = Path(cfg.state_dir) / cfg.query
+    if not root.is_dir():
+        return None
+    for wdir in sorted((p for p in root.iterdir() if p.is_dir()), reverse=True):
+        f = wdir / "arrivals.json"
+        if f.is_file():
+            offsets = read_json(f).get("offsets") or []
+            if len(offsets) == cfg.units:
+                return sorted(offsets)
+    return None
+
+
+def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
+    """The cost model from this backend's history, the configured hints otherwise; and where it came from."""
+    batches = read_cost_history(cfg.state_dir, cfg.query, "batch", cfg.backend)
+    finals = read_cost_history(cfg.state_dir, cfg.query, "final", cfg.backend)
+    source = []
+    if len({r["units"] for r in batches}) >= 2:
+        cost: CostModel = fit_piecewise_linear([(r["units"], r["wall_seconds"]) for r in batches], max_pieces=4)
+        source.append(f"cost fitted to {len(batches)} measured batches")
+    else:
+        cost = cost_model_from_dict(cfg.cost_hint, "cost_hint")
+        source.append("cost from the configured hint")
+    if len({r["batches"] for r in finals}) >= 2:
+        fit = fit_piecewise_linear([(r["batches"], r["wall_seconds"]) for r in finals], max_pieces=3)
+        agg: FinalAggCost = PiecewiseLinearFinalAgg(fit.points)
+        source.append(f"final aggregation fitted to {len(finals)} measured merges")
+    else:
+        agg = final_agg_from_dict(cfg.final_agg_hint, "final_agg_hint")
+        source.append("final aggregation from the configured hint")
+    return cost, agg, "; ".join(source)
+
+
+# ------------------------------------------------------------------------- plan
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """A plan for one window, on the clock, and the entries the DAG maps over."""
+
+    query: str
+    state_dir: str
+    window_id: str
+    window_start: float
+    window_end: float
+    deadline: float
+    planned_at: float
+    plan: Plan
+    batches: list[dict]
+    backfill: bool
+    models: str
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["plan"] = self.plan.to_dict()
+        return d
+
+
+def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadline: float,
+                now: float | None = None) -> WindowPlan:
+    """Plan one window: Algorithm 1 (or MinBatches), or one batch if its input is complete already."""
+    now = time.time() if now is None else now
+    if window_end <= window_start:
+        raise ConfigError(f"the window ends ({window_end}) before it starts ({window_start})", "window")
+    if deadline < window_end:
+        raise ConfigError(f"the deadline ({deadline}) is before the window end ({window_end})", "deadline_offset")
+    length = window_end - window_start
+    cost, agg, models = cost_models(cfg)
+    arrived = len(list_ready_units(cfg.landing))
+    backfill = now >= window_end and arrived >= cfg.units
+    offsets = (observed_offsets(cfg) if cfg.arrival == "observed" else None) or arrival_offsets_hint(cfg, length)
+    arrival = EmpiricalArrival(tuple(min(o, length) for o in offsets))
+    rel_deadline = deadline - window_start
+    if backfill:
+        # Everything is there: one batch, ready now. The deadline (long past for an old
+        # window) is the planner's business only to say whether it is met.
+        rel_now = now - window_start
+        plan = build_plan([cfg.units], EmpiricalArrival((rel_now,) * cfg.units), cost, agg, rel_now,
+                          max(rel_deadline, rel_now))
+        models += "; backfill: the window's input is complete, one batch"
+    elif cfg.mode == "dynamic":
+        plan = _minbatch_plan(cfg, arrival, cost, agg, length, rel_deadline)
+        models += f"; dynamic: MinBatches for rsf {cfg.rsf}"
+    else:
+        # Cut the batches against the deadline less the margin, then state their latest
+        # starts and feasibility against the true deadline: each batch keeps at least
+        # the margin between its input being ready and its latest safe start.
+        sized = plan_batches(arrival, cost, agg, length, max(length, rel_deadline - cfg.margin))
+        plan = build_plan(sized.sizes, arrival, cost, agg, length, rel_deadline)
+        if not plan.feasible:
+            plan = plan_batches(arrival, cost, agg, length, rel_deadline)
+    batches = batch_entries(cfg, plan, window_start, deadline, backfill)
+    if cfg.mode == "dynamic" and not backfill:
+        batches = _dynamic_entries(cfg, plan, batches, window_start)
+    return WindowPlan(query=cfg.query, state_dir=cfg.state_dir, window_id=window_id(window_start), window_start=window_start,
+                      window_end=window_end, deadline=deadline, planned_at=now, plan=plan, batches=batches,
+                      backfill=backfill, models=models)
+
+
+def _minbatch_plan(cfg, arrival, cost, agg, length, rel_deadline) -> Plan:
+    """Section 4's dynamic mode: cut the window into MinBatches (at most ``max_batches``)."""
+    mb = min_batch_size(cost, agg, cfg.units, cfg.rsf, cfg.c_max)
+    size = max(mb.size, -(-cfg.units // cfg.max_batches))
+    sizes = [size] * (cfg.units // size) + ([cfg.units % size] if cfg.units % size else [])
+    plan = build_plan(sizes, arrival, cost, agg, length, rel_deadline, method="minbatch")
+    plan.extra["min_batch"] = mb.to_dict()
+    return plan
+
+
+def _dynamic_entries(cfg: QueryConfig, plan: Plan, entries: list[dict], window_start: float) -> list[dict]:
+    """Dynamic mode's mapping: one entry per MinBatch, then spares up to ``max_batches``.
+
+    A mapped task's count is fixed when it expands, so the plan maps an upper bound. A
+    MinBatch fires when its units have arrived or when its estimated input time (the
+    arrival model's time for them, section 4.4) has come, and claims at most its size
+    (``max_units``); a slow stream makes batches fire with fewer units, and the spares
+    take the rest at the last batch's latest start. Spares that find nothing to claim skip.
+    """
+    out = []
+    for e in entries[:-1]:
+        out.append({**e, "latest_start_ts": min(e["ready_ts"], e["latest_start_ts"]), "max_units": e["units"]})
+    last = entries[-1]
+    spares = max(0, cfg.max_batches - len(entries))
+    for j in range(spares + 1):
+        index = len(entries) + j
+        out.append({**last, "index": index, "last": j == spares, "spare": j > 0,
+                    "label": f"batch {index}/{len(entries) + spares}{' (spare)' if j else ''} · "
+                             f"{last['units'] if not j else 'rest'} units · ready {clock(last['ready_ts'])}"})
+    for e in out:
+        e["of"] = len(out)
+    return out
+
+
+def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, deadline: float, backfill: bool) -> list[dict]:
+    """One dict per batch: what the sensor, the submit task and the priority strategies read."""
+    k = len(plan.batches)
+    out = []
+    remaining = plan.total_cost
+    for b in plan.batches:
+        ready, latest = window_start + b.ready, window_start + b.latest_start
+        out.append({
+            "query": cfg.query, "window_id": window_id(window_start), "index": b.index, "of": k,
+            "units": b.units, "cumulative": b.cumulative, "expected_total": cfg.units, "last": b.index == k,
+            "ready_ts": ready, "latest_start_ts": latest, "cost": b.cost, "remaining_cost": remaining,
+            "deadline_ts": deadline, "landing": cfg.landing, "state_dir": cfg.state_dir, "static": cfg.static,
+            "backend": cfg.backend, "backfill": backfill,
+            "label": f"batch {b.index}/{k} · {b.units} units · ready {clock(ready)}",
+        })
+        remaining -= b.cost
+    return out
+
+
+def format_window_plan(wp: WindowPlan) -> str:
+    from airflow_iqp.cli.plan import format_plan
+
+    head = (f"{wp.query} window {wp.window_id}: [{clock(wp.window_start)}, {clock(wp.window_end)}], "
+            f"deadline {clock(wp.deadline)}; {wp.models}")
+    return head + "\n" + format_plan(wp.plan, fmt_time=lambda t: clock(wp.window_start + t))
+
+
+def store_plan(wp: WindowPlan) -> Path:
+    """``STATE/<query>/<window>/plan.json``: what was planned, to compare with what ran."""
+    return atomic_write_json(WindowState(wp.state_dir, wp.query, wp.window_id).root / "plan.json", wp.to_dict())
+
+
+# -------------------------------------------------------------------- readiness
+
+
+def batch_ready(batch: dict, now: float, arrived: int | None = None) -> str | None:
+    """Why the batch may start now, or None: the paper's dynamic rule, whichever comes first.
+
+    ``"units"``: its planned units have arrived (for the last batch, all of the window's)
+    and the batch before it has claimed; ``"time"``: its latest safe start has come.
+    """
+    if now >= batch["latest_start_ts"]:
+        return "time"
+    if arrived is None:
+        arrived = len(list_ready_units(batch["landing"]))
+    needed = batch["expected_total"] if batch["last"] else batch["cumulative"]
+    if arrived < needed:
+        return None
+    if batch["index"] > 1:
+        ws = WindowState(batch["state_dir"], batch["query"], batch["window_id"])
+        if not ws.claim_path(batch["index"] - 1).exists():
+            return None
+    return "units"
+
+
+def claim_batch(batch: dict) -> dict:
+    """Claim every arrived, unclaimed unit for this batch (once: a retry re-reads the claim).
+
+    A MinBatch of dynamic mode claims at most its size (``max_units``).
+    """
+    ws = WindowState(batch["state_dir"], batch["query"], batch["window_id"])
+    if ws.claim_path(batch["index"]).exists():
+        return read_json(ws.claim_path(batch["index"]))
+    taken = {u for m in read_claims(ws).values() for u in m.get("units", [])}
+    units = [p for p in list_ready_units(batch["landing"]) if p.name not in taken]
+    if batch.get("max_units") is not None:  # a MinBatch takes its size, oldest units first
+        units = units[: batch["max_units"]]
+    return claim_units(ws, batch["index"], [p.name for p in units], unit_files(units, STREAMS))
+
+
+# -------------------------------------------------------------------- late data
+
+
+def late_units(batch_or_cfg: dict, window_start: float) -> dict:
+    """Units in the landing directory that no batch claimed: late data, with arrival times."""
+    ws = WindowState(batch_or_cfg["state_dir"], batch_or_cfg["query"], window_id(window_start))
+    taken = {u for m in read_claims(ws).values() for u in m.get("units", [])}
+    late = [p for p in list_ready_units(batch_or_cfg["landing"]) if p.name not in taken]
+    return {"units": [p.name for p in late], "files": unit_files(late, STREAMS),
+            "arrival_times": [p.stat().st_mtime for p in late]}
+
+
+def record_arrivals(batch_or_cfg: dict, window_start: float) -> Path:
+    """Observed arrival offsets of the window's units, for the next window's plan."""
+    ws = WindowState(batch_or_cfg["state_dir"], batch_or_cfg["query"], window_id(window_start))
+    units = list_ready_units(batch_or_cfg["landing"])
+    offsets = sorted(max(0.0, p.stat().st_mtime - window_start) for p in units)
+    return atomic_write_json(ws.root / "arrivals.json", {"offsets": offsets, "units": [p.name for p in units]})
+
+
+def env_without_connect(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for spark-submit, without Spark Connect's mode flag.
+
+    A Spark Connect session sets ``SPARK_CONNECT_MODE_ENABLED=1`` in its process and
+    never clears it; a spark-submit launched from that process then fails.
+    """
+    env = dict(os.environ if env is None else env)
+    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    return env
+
+
+def as_batch(value: Any) -> dict:
+    if not isinstance(value, dict) or "index" not in value or "landing" not in value:
+        raise ConfigError(f"expected one entry of the plan task's output, got {value!r}", "batch")
+    return value

@@ -1,0 +1,65 @@
+"""BatchReadySensor: wait, without holding a worker, until one batch may start; then claim its input."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowSkipException
+
+from airflow_iqp import config
+from airflow_iqp.runtime import as_batch, batch_ready, claim_batch
+from airflow_iqp.triggers.ready import BatchReadyTrigger
+
+
+class BatchReadySensor(BaseSensorOperator):
+    """Waits for a batch of the plan, then claims every arrived, unclaimed unit for it.
+
+    It fires when the batch's planned units have arrived (for the last batch, all of the
+    window's units) or when its latest safe start comes, whichever is first: the
+    paper's dynamic rule (section 4.4). The wait is deferred to
+    :class:`~airflow_iqp.triggers.ready.BatchReadyTrigger`, so it runs in the triggerer
+    and holds no worker slot: a triggerer must be running.
+
+    At that moment it claims, through the single claim function, every complete unit in
+    the landing directory that no batch has claimed, and returns the claim manifest. A
+    retry re-reads the same claim. With nothing to claim, the batch is skipped.
+
+    :param batch: one entry of the plan task's output (mapped).
+    :param poll_interval: seconds between checks of the landing directory.
+    """
+
+    template_fields: Sequence[str] = ("batch",)
+    ui_color = "#e8f0fe"
+
+    def __init__(self, *, batch: Any, poll_interval: float | None = None, deferrable: bool = True, **kwargs):
+        kwargs.setdefault("mode", "reschedule")
+        super().__init__(**kwargs)
+        self.batch = batch
+        self.poll_interval = poll_interval
+        self.deferrable = deferrable
+
+    def poke(self, context) -> bool:
+        return batch_ready(as_batch(self.batch), time.time()) is not None
+
+    def execute(self, context) -> Any:
+        batch = as_batch(self.batch)
+        reason = batch_ready(batch, time.time())
+        if reason:
+            return self._claim(batch, reason)
+        if not self.deferrable:
+            super().execute(context)
+            return self._claim(batch, "poke")
+        self.defer(trigger=BatchReadyTrigger(batch, self.poll_interval or config.poll_interval()),
+                   method_name="execute_complete")
+
+    def execute_complete(self, context, event: dict | None = None) -> Any:
+        return self._claim(as_batch(self.batch), (event or {}).get("reason", "trigger"))
+
+    def _claim(self, batch: dict, reason: str) -> dict:
+        manifest = claim_batch(batch)  # the trigger's claim, re-read; or claimed now
+        self.log.info("%s: fired on %s, claimed %d units", batch["label"], reason, len(manifest["units"]))
+        if not manifest["units"]:
+            raise AirflowSkipException(f"{batch['label']}: nothing arrived that no earlier batch claimed")
+        return {"manifest": manifest, "reason": reason}

@@ -1,0 +1,41 @@
+"""BatchReadyTrigger: waits in the triggerer until a batch's input is ready or its time has come."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, AsyncIterator
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+class BatchReadyTrigger(BaseTrigger):
+    """Fires when :func:`airflow_iqp.runtime.batch_ready` says the batch may start, and claims.
+
+    Polls the landing directory every ``poll_interval`` seconds (a directory listing,
+    run in a thread so the triggerer's event loop never blocks), and wakes up exactly
+    at the batch's latest safe start if nothing arrives before it. It claims the
+    batch's units right there, at the moment it fires: the sensor resumes on a worker
+    seconds later, and units that land in between belong to the next batch.
+    """
+
+    def __init__(self, batch: dict, poll_interval: float = 2.0):
+        super().__init__()
+        self.batch = batch
+        self.poll_interval = float(poll_interval)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}",
+                {"batch": self.batch, "poll_interval": self.poll_interval})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from airflow_iqp.runtime import batch_ready, claim_batch
+
+        while True:
+            now = time.time()
+            reason = await asyncio.to_thread(batch_ready, self.batch, now)
+            if reason:
+                manifest = await asyncio.to_thread(claim_batch, self.batch)
+                yield TriggerEvent({"reason": reason, "at": now, "units": len(manifest["units"])})
+                return
+            await asyncio.sleep(max(0.05, min(self.poll_interval, self.batch["latest_start_ts"] - now)))
