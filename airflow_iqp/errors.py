@@ -16,7 +16,12 @@ class ConfigError(IQPError, ValueError):
 
     def __init__(self, message: str, field: str | None = None):
         self.field = field
+        self.message = message
         super().__init__(f"{field}: {message}" if field else message)
+
+    def under(self, prefix: str) -> "ConfigError":
+        """The same error for a setting nested under ``prefix`` (e.g. ``queries[0]``)."""
+        return ConfigError(self.message, f"{prefix}.{self.field}" if self.field else prefix)
 
 
 class DataError(IQPError):

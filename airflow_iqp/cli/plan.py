@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from airflow_iqp.errors import ConfigError
+from airflow_iqp.cli import read_input
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -23,10 +23,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def run(args) -> int:
     from airflow_iqp.planning.spec import PlanSpec
 
-    try:
-        text = args.spec.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {args.spec}: {exc.strerror}", "--spec") from None
+    text = read_input(args.spec, "--spec")
     spec = PlanSpec.from_json(text)
     plan = spec.plan(args.method)
     if args.json:

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from airflow_iqp.errors import ConfigError
+from airflow_iqp.cli import read_input
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -24,10 +24,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 def run(args) -> int:
     from airflow_iqp.planning.simulate import Scenario, simulate
 
-    try:
-        text = args.scenario.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {args.scenario}: {exc.strerror}", "--scenario") from None
+    text = read_input(args.scenario, "--scenario")
     result = simulate(Scenario.from_json(text), args.policy, minbatch=not args.no_minbatch)
     if args.json:
         print(json.dumps({**result.summary(), "per_query": [q.to_dict() for q in result.queries]}, indent=2))

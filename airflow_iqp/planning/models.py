@@ -486,7 +486,7 @@ def _rebrand(where: str, default_prefix: str, build):
     except ConfigError as exc:
         if where == default_prefix or not exc.field or not exc.field.startswith(default_prefix):
             raise
-        raise ConfigError(str(exc).split(": ", 1)[1], where + exc.field[len(default_prefix):]) from None
+        raise ConfigError(exc.message, where + exc.field[len(default_prefix):]) from None
 
 
 def _kind(d, where: str, kinds: tuple[str, ...]) -> str:

@@ -30,50 +30,54 @@ from dataclasses import asdict, dataclass, field
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.minbatch import MinBatch, batched_cost, min_batch_size
-from airflow_iqp.planning.models import (
-    ArrivalModel, CostModel, FinalAggCost, arrival_from_dict, cost_model_from_dict, final_agg_from_dict, within,
-)
+from airflow_iqp.planning.models import ArrivalModel, arrival_from_dict, within
 from airflow_iqp.planning.policies import Policy, priority_key
+from airflow_iqp.planning.spec import PlanSpec
 
 
 @dataclass(frozen=True)
 class SimQuery:
+    """One query of a scenario: a plan spec, plus when it is submitted and what really arrives."""
+
     id: str
     submit_at: float
-    window_start: float
-    window_end: float
-    deadline: float
-    arrival: ArrivalModel
-    cost: CostModel
-    final_agg: FinalAggCost
+    spec: PlanSpec
     actual_arrival: ArrivalModel | None = None
     total_known: bool = True
 
+    window_start = property(lambda self: self.spec.window_start)
+    window_end = property(lambda self: self.spec.window_end)
+    deadline = property(lambda self: self.spec.deadline)
+    arrival = property(lambda self: self.spec.arrival)
+    cost = property(lambda self: self.spec.cost)
+    final_agg = property(lambda self: self.spec.final_agg)
+
     @property
     def actual(self) -> ArrivalModel:
-        return self.actual_arrival or self.arrival
+        return self.actual_arrival or self.spec.arrival
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "query") -> "SimQuery":
         if not isinstance(d, dict):
             raise ConfigError("must be an object", where)
-        for key in ("id", "window_start", "window_end", "deadline", "arrival", "cost"):
-            if key not in d:
-                raise ConfigError("missing", f"{where}.{key}")
-        start, end, deadline = (float(d[k]) for k in ("window_start", "window_end", "deadline"))
-        if deadline < end:
-            raise ConfigError(f"the deadline ({deadline}) is before the window end ({end})", f"{where}.deadline")
-        arrival = arrival_from_dict(d["arrival"], start=start, where=f"{where}.arrival")
-        actual = (arrival_from_dict(d["actual_arrival"], start=start, where=f"{where}.actual_arrival")
-                  if d.get("actual_arrival") else None)
-        if actual is not None and actual.total != arrival.total:
-            raise ConfigError(f"holds {actual.total} units but the arrival model {arrival.total}",
-                              f"{where}.actual_arrival")
-        return cls(id=str(d["id"]), submit_at=float(d.get("submit_at", start)), window_start=start,
-                   window_end=end, deadline=deadline, arrival=arrival,
-                   cost=cost_model_from_dict(d["cost"], where=f"{where}.cost"),
-                   final_agg=final_agg_from_dict(d.get("final_agg"), where=f"{where}.final_agg"),
+        if "id" not in d:
+            raise ConfigError("missing", f"{where}.id")
+        try:
+            spec = PlanSpec.from_dict({k: v for k, v in d.items() if k in SPEC_KEYS})
+        except ConfigError as exc:
+            raise exc.under(where) from None
+        actual = None
+        if d.get("actual_arrival"):
+            actual = arrival_from_dict(d["actual_arrival"], start=spec.window_start, where=f"{where}.actual_arrival")
+            if actual.total != spec.arrival.total:
+                raise ConfigError(f"holds {actual.total} units but the arrival model {spec.arrival.total}",
+                                  f"{where}.actual_arrival")
+        return cls(id=str(d["id"]), submit_at=float(d.get("submit_at", spec.window_start)), spec=spec,
                    actual_arrival=actual, total_known=bool(d.get("total_known", True)))
+
+
+#: The keys of a scenario query that make up its plan spec.
+SPEC_KEYS = ("window_start", "window_end", "deadline", "arrival", "cost", "final_agg", "method")
 
 
 @dataclass(frozen=True)
