@@ -40,11 +40,14 @@ def _slower(x: float) -> float:
     return x + SLOW_LAG * x * x * (1.0 - x)
 
 
-def arrival_offsets(profile: str, rate: float, units: int, window: float | None = None) -> list[float]:
+def arrival_offsets(profile: str, rate: float, units: int, window: float | None = None,
+                    late_by: float | None = None) -> list[float]:
     """Seconds after the window start at which units ``0 .. units-1`` land, for a profile.
 
     ``rate`` is the fixed reference rate in units per second; ``window`` the window length
-    in seconds (default ``units / rate``). The result is non-decreasing. Raises
+    in seconds (default ``units / rate``). ``late_by`` is how many seconds after the window
+    end the ``late`` profile's last unit lands (default ``LATE_FRACTION * window``; the
+    paper's VR3 and VR4 are 20 s and 7 s late on a 4500 s window). The result is non-decreasing. Raises
     :class:`ConfigError` for an unknown profile or a non-positive rate, count or window.
     """
     name = str(profile).lower()
@@ -70,7 +73,10 @@ def arrival_offsets(profile: str, rate: float, units: int, window: float | None 
         out = [T * _slower(x) for x in xs]
     elif name == "late":
         tail_start = 1.0 - LATE_TAIL
-        out = [T * _slower(x) + LATE_FRACTION * T * max(0.0, (x - tail_start) / LATE_TAIL) for x in xs]
+        late = LATE_FRACTION * T if late_by is None else float(late_by)
+        if late < 0:
+            raise ConfigError(f"must be >= 0 seconds, got {late_by!r}", field="late_by")
+        out = [T * _slower(x) + late * max(0.0, (x - tail_start) / LATE_TAIL) for x in xs]
     else:  # stalled
         out = [T * (STALL_TO if STALL_FROM < x <= STALL_TO else x) for x in xs]
     return out

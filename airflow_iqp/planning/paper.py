@@ -31,21 +31,27 @@ def load_models(path: str | Path) -> dict:
     return d
 
 
+#: Figure 9's input rates: FR, the faster VR1 and bursty VR2, and VR3 and VR4, slower
+#: with their last units 20 s and 7 s late.
+FIGURE_9 = {"FR": ("fixed", None), "VR1": ("faster", None), "VR2": ("bursty", None),
+            "VR3": ("late", 20.0), "VR4": ("late", 7.0)}
+
+
 def paper_scenario(models: dict, *, delta: float, rsf: float = 0.5, c_max: float = 30.0,
-                   profile: str = "fixed", units: int = 4500, rate: float = 1.0, n_queries: int | None = None,
-                   seed: int = 7, slots: int = 1) -> Scenario:
+                   profile: str = "fixed", late_by: float | None = None, units: int = 4500, rate: float = 1.0,
+                   n_queries: int | None = None, seed: int = 7, slots: int = 1) -> Scenario:
     """One run of the protocol: ``n_queries`` (default: each model once) sampled from ``models``."""
     rng = random.Random(seed)
     pool = models["queries"]
     picked = list(pool) if n_queries is None else [rng.choice(pool) for _ in range(n_queries)]
     rng.shuffle(picked)  # the first query, and the stagger order, are random
     window_end = units / rate
-    fixed = [{"kind": "empirical", "times": arrival_offsets("fixed", rate, units)}][0]
+    fixed = {"kind": "empirical", "times": arrival_offsets("fixed", rate, units)}
     actual = None
     if profile != "fixed":
         if profile not in PROFILES:
             raise ConfigError(f"unknown profile {profile!r}; expected one of {', '.join(PROFILES)}", "profile")
-        actual = {"kind": "empirical", "times": arrival_offsets(profile, rate, units)}
+        actual = {"kind": "empirical", "times": arrival_offsets(profile, rate, units, late_by=late_by)}
     queries, deadline = [], None
     for i, m in enumerate(picked):
         single = cost_model_from_dict(m["cost"]).cost(units)
