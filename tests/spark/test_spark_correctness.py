@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import assert_same_rows, duckdb_reference
+from tests.reference import assert_same_rows, duckdb_reference
 from reference_sql import REFERENCE_SQL
 
 from airflow_iqp.spark.queries import get_query, list_queries

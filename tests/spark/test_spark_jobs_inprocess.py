@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import assert_same_rows, duckdb_reference
+from tests.reference import assert_same_rows, duckdb_reference
 
 from airflow_iqp.errors import DataError
 from airflow_iqp.spark.batch_job import execute_batch

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_same_rows, duckdb_reference
+from tests.reference import assert_same_rows, duckdb_reference
 
 from airflow_iqp.spark.batch_job import PAUSE_ENV
 from airflow_iqp.spark.final_job import execute_final
