@@ -1,0 +1,129 @@
+"""Three query DAGs share one Spark slot (an Airflow pool of 1): ready batches run in EDF order.
+
+Real scheduler, dag-processor, triggerer and api-server: ``dag.test()`` ignores pools
+and priorities, so it cannot show this. The three DAGs (CQ1, CQ2, CQ3) have one window
+each, opening at the same moment, with deadlines 150, 210 and 270 s after it ends; their
+batch tasks and final aggregations carry ``weight_rule=EDFPriority``. All of their input
+is there when the window opens, so all three batches are ready at once. A blocker task
+holds the pool's slot as the window opens (a cluster busy with another job), so every
+contender is queued before the slot frees, and the order is the scheduler's choice by
+priority weight, not by who asked first.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import textwrap
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from airflow_iqp.local_airflow import airflow_env  # noqa: E402
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark]
+
+W = 60
+UNITS = 30
+OFFSETS = {"cq3": 270, "cq1": 150, "cq2": 210}   # deliberately not in EDF order here
+
+DAGS = textwrap.dedent('''
+    from datetime import datetime, timedelta
+    import time
+
+    from airflow.sdk import DAG
+    from airflow.providers.standard.operators.python import PythonOperator
+
+    from airflow_iqp.dag_factory import iqp_dag
+
+    ANCHOR = datetime.fromisoformat("{anchor}")
+    for query, offset in {offsets!r}.items():
+        globals()["iqp_" + query] = iqp_dag(
+            query=query,
+            landing="{data}/landing/" + query + "/{{{{ data_interval_start | ts_nodash }}}}",
+            static="{data}/tpch/static",
+            units={units},
+            window=timedelta(seconds={window}),
+            deadline_offset=timedelta(seconds=offset),
+            cost_hint={{"kind": "linear", "per_unit": 0.1, "per_batch": 25}},
+            pool="spark",
+            weight_rule="airflow_iqp.priority.EDFPriority",
+            anchor=ANCHOR,
+            start_date=ANCHOR,
+            end_date=ANCHOR + timedelta(seconds=1),   # exactly one window
+            max_active_runs=1,
+        )
+
+    with DAG("blocker", schedule=None, start_date=ANCHOR):
+        PythonOperator(task_id="busy", python_callable=lambda: time.sleep(40), pool="spark")
+''')
+
+
+def ts(value: str) -> float:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    from airflow_iqp.inputs.tpch import generate
+
+    data = tmp_path_factory.mktemp("pool")
+    generate(0.01, UNITS, data / "tpch")
+    anchor = (int(time.time()) // 10) * 10 + 90
+    wid = datetime.fromtimestamp(anchor, timezone.utc).strftime("%Y%m%dT%H%M%S")
+    for query in OFFSETS:
+        shutil.copytree(data / "tpch" / "units", data / "landing" / query / wid)
+    dags = data / "dags"
+    dags.mkdir()
+    (dags / "shared_pool.py").write_text(DAGS.format(
+        anchor=datetime.fromtimestamp(anchor, timezone.utc).isoformat(), offsets=OFFSETS, data=data, units=UNITS,
+        window=W))
+    env = {"AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
+           "AIRFLOW__IQP__STATE_DIR": str(data / "state")}
+    out = {"anchor": anchor, "data": data, "wid": wid}
+    with airflow_env(dags, extra_env=env) as af:
+        af.api("POST", "/api/v2/pools", {"name": "spark", "slots": 1})
+        for dag_id in ("blocker", *(f"iqp_{q}" for q in OFFSETS)):
+            af.wait_for_dag(dag_id)
+        time.sleep(max(0.0, anchor - 5 - time.time()))
+        blocker = af.trigger("blocker")
+        for q in OFFSETS:
+            af.unpause(f"iqp_{q}")
+        out["runs"] = {}
+        for q in OFFSETS:
+            dag_id = f"iqp_{q}"
+            deadline = time.time() + W + max(OFFSETS.values()) + 180
+            run = None
+            while run is None and time.time() < deadline:
+                run = next((r for r in af.dag_runs(dag_id) if r["run_type"] == "scheduled"), None)
+                time.sleep(2)
+            assert run is not None, f"no run of {dag_id}"
+            out["runs"][q] = {"run": af.wait_for_run(dag_id, run["dag_run_id"], timeout=W + max(OFFSETS.values()) + 300),
+                              "tis": af.task_instances(dag_id, run["dag_run_id"])}
+        out["blocker"] = af.task_instances("blocker", blocker)
+    return out
+
+
+def test_three_dags_run_their_batches_in_edf_order_and_meet_their_deadlines(runs):
+    blocker_end = ts(runs["blocker"][0]["end_date"])
+    submits = {}
+    for q, r in runs["runs"].items():
+        assert r["run"]["state"] == "success", (q, r["run"])
+        (submit,) = [t for t in r["tis"] if t["task_id"] == "batch.submit"]
+        submits[q] = ts(submit["start_date"])
+        assert submits[q] >= blocker_end - 1, "a batch ran while the blocker held the only slot"
+        final = next(t for t in r["tis"] if t["task_id"] == "final")
+        deadline = runs["anchor"] + W + OFFSETS[q]
+        assert ts(final["end_date"]) <= deadline, (q, ts(final["end_date"]) - deadline)
+    by_start = sorted(submits, key=submits.get)
+    by_deadline = sorted(OFFSETS, key=OFFSETS.get)
+    assert by_start == by_deadline, (by_start, {q: submits[q] - runs["anchor"] for q in submits})
+    # One slot: no two Spark tasks ever overlapped.
+    spans = sorted((ts(t["start_date"]), ts(t["end_date"])) for r in runs["runs"].values() for t in r["tis"]
+                   if t["task_id"] in ("batch.submit", "final"))
+    assert all(a[1] <= b[0] + 0.5 for a, b in zip(spans, spans[1:])), spans
