@@ -1,44 +1,154 @@
-"""The README's main job: ``bash scripts/demo.sh``.
+"""The README's main job (``bash scripts/demo.sh``): the CQ2 example DAG, end to end.
 
-Until the Airflow demo DAG lands, this plans the paper's worked example (section 3.1,
-figure 2) for its four deadlines with both methods, prints each plan, and draws the
-tightest one as a Gantt chart.
+It generates TPC-H (SF 0.01) cut into 120 units, starts a throw-away local Airflow
+(SQLite, LocalExecutor; scheduler, dag-processor, triggerer and api-server as real
+processes) on ``dags/``, and lets the ``iqp_cq2`` DAG run one 2-minute window while
+``airflow-iqp replay`` publishes the units at 1 unit/s. Each batch is a real
+``spark-submit`` on ``local[*]``. At the end it prints the plan against what actually
+ran, the result table, and where the Gantt chart of the run was written.
+
+    python -m airflow_iqp.demo [--out var/demo] [--window 120] [--keep-home]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
+import subprocess
 import sys
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 
-from airflow_iqp.cli.plan import format_plan
-from airflow_iqp.planning.spec import PlanSpec
+ROOT = Path(__file__).resolve().parents[1]
+DAG_ID = "iqp_cq2"
 
-PAPER_EXAMPLE = {
-    "window_start": 1, "window_end": 10,
-    "arrival": {"kind": "fixed_rate", "rate": 1.0, "total": 10},
-    "cost": {"kind": "linear", "per_unit": 0.5, "per_batch": 0.0},
-    "final_agg": {"kind": "linear", "base": 0.0, "per_batch": 0.0},
-}
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%H:%M:%S")
+
+
+def _iso_ts(value: str | None) -> float | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="airflow-iqp demo", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=Path("var/demo"), help="where to write the Gantt chart")
+    ap = argparse.ArgumentParser(prog="python -m airflow_iqp.demo", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "var" / "demo", help="working directory (wiped)")
+    ap.add_argument("--window", type=int, default=120, help="window length in seconds (1 unit arrives per second)")
+    ap.add_argument("--deadline", type=int, default=80, help="seconds after the window end the result is due")
+    ap.add_argument("--keep-home", action="store_true", help="keep the Airflow home for inspection")
     args = ap.parse_args(argv)
-    print("The paper's example: 10 units at 1 unit/s over the window [1, 10], 0.5 s per unit.\n")
-    for deadline in (16, 15, 12, 11):
-        spec = PlanSpec.from_dict({**PAPER_EXAMPLE, "deadline": deadline})
-        greedy, solver = spec.plan("greedy"), spec.plan("solver")
-        agree = "agrees" if solver.sizes == greedy.sizes else f"DISAGREES: {solver.sizes}"
-        print(f"deadline {deadline}: Algorithm 1 plans {greedy.sizes}; the OR-Tools model {agree}")
-        print(format_plan(greedy), end="\n\n")
-    from airflow_iqp.planning.gantt import draw_plan
 
-    out = draw_plan(PlanSpec.from_dict({**PAPER_EXAMPLE, "deadline": 11}).plan(), args.out / "paper_example.png",
-                    window_start=1, title="the paper's example, deadline 11")
-    print(f"Gantt chart of the deadline-11 plan: {out}")
+    from airflow_iqp.inputs.tpch import generate
+    from airflow_iqp.local_airflow import airflow_env
+    from airflow_iqp.state import WindowState, read_json
+
+    out = args.out.resolve()
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    units = args.window
+    print(f"1/4 generating TPC-H SF 0.01 in {units} units under {out / 'tpch'}", flush=True)
+    generate(0.01, units, out / "tpch")
+    anchor = (int(time.time()) // 10) * 10 + 80  # the window opens once Airflow is up
+    env = {
+        "IQP_DATA": str(out), "IQP_ANCHOR": datetime.fromtimestamp(anchor, timezone.utc).isoformat(),
+        "IQP_WINDOW_S": str(args.window), "IQP_UNITS": str(units), "IQP_DEADLINE_S": str(args.deadline),
+        "IQP_COST_PER_UNIT": "0.6", "IQP_COST_PER_BATCH": "25",
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
+        "AIRFLOW__IQP__STATE_DIR": str(out / "state"),
+        # `airflow dags test` would need the DeadlineAlert off; real processes handle it.
+    }
+    print("2/4 starting Airflow: scheduler, dag-processor, triggerer, api-server (SQLite, LocalExecutor)", flush=True)
+    with airflow_env(ROOT / "dags", extra_env=env, keep_home=args.keep_home) as af:
+        print(f"    up in {af.timings['startup']:.0f} s; UI and API at {af.api_url}", flush=True)
+        af.wait_for_dag(DAG_ID)
+        af.unpause(DAG_ID)
+        window_id = datetime.fromtimestamp(anchor, timezone.utc).strftime("%Y%m%dT%H%M%S")
+        landing = out / "landing" / "cq2" / window_id
+        print(f"3/4 window {_utc(anchor)}-{_utc(anchor + args.window)}, deadline {_utc(anchor + args.window + args.deadline)}"
+              f"; replaying {units} units into {landing}", flush=True)
+        time.sleep(max(0.0, anchor - time.time()))
+        replay = subprocess.Popen([sys.executable, "-m", "airflow_iqp.cli.main", "replay", "--from", str(out / "tpch"),
+                                   "--to", str(landing), "--rate", "1"], stdout=subprocess.DEVNULL)
+        run_id = None
+        while run_id is None:
+            runs = [r for r in af.dag_runs(DAG_ID) if r["run_type"] == "scheduled"]
+            run_id = runs[0]["dag_run_id"] if runs else None
+            time.sleep(1)
+        seen: set[tuple] = set()
+        deadline = time.time() + args.window + args.deadline + 600
+        while time.time() < deadline:
+            for t in af.task_instances(DAG_ID, run_id):
+                key = (t["task_id"], t["map_index"], t["state"])
+                if t["state"] and key not in seen:
+                    seen.add(key)
+                    label = t.get("rendered_map_index") if t["map_index"] >= 0 else ""
+                    print(f"    {_utc(time.time())}  {t['task_id']:<13} {t['state']:<9} {label or ''}", flush=True)
+            if af.dag_run(DAG_ID, run_id)["state"] in ("success", "failed"):
+                break
+            time.sleep(2)
+        af.pause(DAG_ID)
+        state = af.dag_run(DAG_ID, run_id)["state"]
+        tis = af.task_instances(DAG_ID, run_id)
+        replay.wait(timeout=60)
+    ws = WindowState(out / "state", "cq2", window_id)
+    if state != "success":
+        print(f"the run ended {state}; logs are under {out}", file=sys.stderr)
+        return 1
+    print("4/4 done\n")
+    _print_report(read_json(ws.root / "plan.json"), read_json(ws.root / "report.json"), tis)
+    _print_result(read_json(ws.result_manifest))
+    png = _gantt(read_json(ws.root / "plan.json"), tis, out / "gantt.png")
+    print(f"\nGantt chart of the run (plan against actual): {png}")
     return 0
+
+
+def _print_report(plan: dict, report: dict, tis: list[dict]) -> None:
+    subs = {t["map_index"]: t for t in tis if t["task_id"] == "batch.submit"}
+    print(f"Plan against actual ({plan['models']}):")
+    print(f"{'batch':>7} {'units':>6} {'claimed':>8} {'ready':>9} {'latest':>9} {'claimed at':>11} "
+          f"{'started':>9} {'ended':>9} {'planned s':>10} {'spark s':>8}")
+    for b, r in zip(plan["batches"], report["batches"]):
+        t = subs.get(b["index"] - 1, {})
+        st, en = _iso_ts(t.get("start_date")), _iso_ts(t.get("end_date"))
+        print(f"{b['index']:>4}/{b['of']:<2} {b['units']:>6} {r['claimed_units']:>8} {_utc(b['ready_ts']):>9} "
+              f"{_utc(b['latest_start_ts']):>9} {_utc(r['claimed_at']) if r['claimed_at'] else '-':>11} "
+              f"{_utc(st) if st else '-':>9} {_utc(en) if en else '-':>9} {b['cost']:>10.1f} "
+              f"{(r['wall_seconds'] or 0):>8.1f}")
+    met = "met" if report["deadline_met"] else "MISSED"
+    print(f"final aggregation finished {_utc(report['finished_ts'])}; deadline {_utc(report['deadline_ts'])}: {met}"
+          f"{'; the result is partial (late units)' if report['partial'] else ''}")
+
+
+def _print_result(manifest: dict) -> None:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(manifest["result"]).to_pylist()
+    print(f"\nResult ({manifest['result']}), {len(manifest['units'])} units from {len(manifest['partials'])} partials:")
+    cols = list(table[0]) if table else []
+    print("  ".join(f"{c:>16}" for c in cols))
+    for row in table:
+        print("  ".join(f"{str(v):>16}" for v in row.values()))
+
+
+def _gantt(plan: dict, tis: list[dict], path: Path) -> Path:
+    from airflow_iqp.planning.gantt import draw_plan
+    from airflow_iqp.planning.planner import Plan
+
+    p = Plan.from_dict(plan["plan"])
+    start = plan["window_start"]
+    actual = []
+    for b in plan["batches"]:
+        t = next((t for t in tis if t["task_id"] == "batch.submit" and t["map_index"] == b["index"] - 1), {})
+        s, e = _iso_ts(t.get("start_date")), _iso_ts(t.get("end_date"))
+        actual.append((s - start, e - start) if s and e else (0.0, 0.0))
+    final = next((t for t in tis if t["task_id"] == "final"), {})
+    if final.get("start_date") and final.get("end_date"):
+        actual.append((_iso_ts(final["start_date"]) - start, _iso_ts(final["end_date"]) - start))
+    return draw_plan(p, path, window_start=0.0, actual=actual, time_label="seconds since the window opened",
+                     title=f"{plan['query']} window {plan['window_id']}: plan and actual")
 
 
 if __name__ == "__main__":
