@@ -111,7 +111,20 @@ def plan_entry(ti: Any) -> dict | None:
 
 
 def run_deadline_ts(ti: Any) -> float | None:
-    """The run's deadline from its data interval and a WindowTimetable, if both are known."""
+    """The run's deadline under a WindowTimetable: its window's end plus the deadline offset.
+
+    Read from the run id first (``scheduled__<logical date>``, likewise for backfill and
+    manual runs), which needs no database: Airflow computes an unmapped task's weight
+    when the run is created, before the task instance has a session. Otherwise from the
+    run's data interval, in the task instance's own session.
+    """
+    timetable = getattr(getattr(ti.task, "dag", None), "timetable", None)
+    offset, window = getattr(timetable, "deadline_offset", None), getattr(timetable, "window", None)
+    if offset is None or window is None:
+        return None
+    logical = _logical_date_of(ti.run_id)
+    if logical is not None:
+        return (timetable.window_start_at_or_before(logical) + window + offset).timestamp()
     session = _session_of(ti)
     if session is None:
         return None
@@ -123,14 +136,23 @@ def run_deadline_ts(ti: Any) -> float | None:
             end = session.scalar(
                 select(DagRun.data_interval_end).where(DagRun.dag_id == ti.dag_id, DagRun.run_id == ti.run_id)
             )
-        timetable = getattr(getattr(ti.task, "dag", None), "timetable", None)
-        offset = getattr(timetable, "deadline_offset", None)
-        if end is None or offset is None:
-            return None
-        return (end + offset).timestamp()
+        return None if end is None else (end + offset).timestamp()
     except Exception:  # noqa: BLE001
         log.exception("could not read the run deadline of %s/%s", ti.dag_id, ti.run_id)
         return None
+
+
+def _logical_date_of(run_id: str | None):
+    """The logical date in Airflow's generated run ids (``<type>__<ISO date>``), or None."""
+    from datetime import datetime
+
+    if not run_id or "__" not in run_id:
+        return None
+    try:
+        moment = datetime.fromisoformat(run_id.split("__", 1)[1])
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else None
 
 
 class _PlanKeyPriority(PriorityWeightStrategy):

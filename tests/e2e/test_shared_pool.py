@@ -123,6 +123,10 @@ def test_three_dags_run_their_batches_in_edf_order_and_meet_their_deadlines(runs
     by_start = sorted(submits, key=submits.get)
     by_deadline = sorted(OFFSETS, key=OFFSETS.get)
     assert by_start == by_deadline, (by_start, {q: submits[q] - runs["anchor"] for q in submits})
+    # The final aggregations (not mapped, weighted when the run is created) carry EDF weights too.
+    finals = {q: next(t for t in r["tis"] if t["task_id"] == "final")["priority_weight"]
+              for q, r in runs["runs"].items()}
+    assert [finals[q] for q in by_deadline] == sorted(finals.values(), reverse=True) and min(finals.values()) > 1, finals
     # One slot: no two Spark tasks ever overlapped.
     spans = sorted((ts(t["start_date"]), ts(t["end_date"])) for r in runs["runs"].values() for t in r["tis"]
                    if t["task_id"] in ("batch.submit", "final"))
