@@ -80,9 +80,6 @@ class QueryConfig:
         cost_model_from_dict(self.cost_hint, "cost_hint")
         final_agg_from_dict(self.final_agg_hint, "final_agg_hint")
 
-    def window_state(self, window_start: float) -> WindowState:
-        return WindowState(self.state_dir, self.query, window_id(window_start))
-
 
 # ----------------------------------------------------------------------- models
 
@@ -190,7 +187,7 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
             plan = plan_batches(arrival, cost, agg, length, rel_deadline)
     batches = batch_entries(cfg, plan, window_start, deadline, backfill)
     if cfg.mode == "dynamic" and not backfill:
-        batches = _dynamic_entries(cfg, plan, batches, window_start)
+        batches = _dynamic_entries(cfg, batches)
     return WindowPlan(query=cfg.query, state_dir=cfg.state_dir, window_id=window_id(window_start), window_start=window_start,
                       window_end=window_end, deadline=deadline, planned_at=now, plan=plan, batches=batches,
                       backfill=backfill, models=models)
@@ -206,7 +203,7 @@ def _minbatch_plan(cfg, arrival, cost, agg, length, rel_deadline) -> Plan:
     return plan
 
 
-def _dynamic_entries(cfg: QueryConfig, plan: Plan, entries: list[dict], window_start: float) -> list[dict]:
+def _dynamic_entries(cfg: QueryConfig, entries: list[dict]) -> list[dict]:
     """Dynamic mode's mapping: one entry per MinBatch, then spares up to ``max_batches``.
 
     A mapped task's count is fixed when it expands, so the plan maps an upper bound. A
@@ -265,6 +262,11 @@ def store_plan(wp: WindowPlan) -> Path:
 # -------------------------------------------------------------------- readiness
 
 
+def batch_state(batch: dict) -> WindowState:
+    """The state of the window a plan entry belongs to."""
+    return WindowState(batch["state_dir"], batch["query"], batch["window_id"])
+
+
 def batch_ready(batch: dict, now: float, arrived: int | None = None) -> str | None:
     """Why the batch may start now, or None: the paper's dynamic rule, whichever comes first.
 
@@ -279,8 +281,7 @@ def batch_ready(batch: dict, now: float, arrived: int | None = None) -> str | No
     if arrived < needed:
         return None
     if batch["index"] > 1:
-        ws = WindowState(batch["state_dir"], batch["query"], batch["window_id"])
-        if not ws.claim_path(batch["index"] - 1).exists():
+        if not batch_state(batch).claim_path(batch["index"] - 1).exists():
             return None
     return "units"
 
@@ -290,7 +291,7 @@ def claim_batch(batch: dict) -> dict:
 
     A MinBatch of dynamic mode claims at most its size (``max_units``).
     """
-    ws = WindowState(batch["state_dir"], batch["query"], batch["window_id"])
+    ws = batch_state(batch)
     if ws.claim_path(batch["index"]).exists():
         return read_json(ws.claim_path(batch["index"]))
     taken = {u for m in read_claims(ws).values() for u in m.get("units", [])}

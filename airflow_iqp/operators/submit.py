@@ -11,9 +11,9 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_iqp import config
-from airflow_iqp.runtime import as_batch, env_without_connect
+from airflow_iqp.runtime import as_batch, batch_state, env_without_connect
 from airflow_iqp.spark.submit import LOCAL_CONF, build_pyfiles_zip, job_path, submit_env
-from airflow_iqp.state import WindowState, read_json
+from airflow_iqp.state import read_json
 
 #: Start-up of one spark-submit JVM here is about 20 s; a batch gets this on top of its planned cost.
 SUBMIT_OVERHEAD_S = 60.0
@@ -60,14 +60,14 @@ class BatchSubmitOperator(_IQPSparkSubmit):
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
         batch = as_batch(self.batch)
-        ws = WindowState(batch["state_dir"], batch["query"], batch["window_id"])
+        ws = batch_state(batch)
         self._prepare("batch", [batch["query"], str(ws.claim_path(batch["index"])), batch["static"] or "",
                                 str(ws.partial_path(batch["index"])), "--state-dir", batch["state_dir"]])
         self.execution_timeout = dt.timedelta(seconds=SUBMIT_OVERHEAD_S + 3 * batch["cost"])
 
     def execute(self, context) -> Any:
         batch = as_batch(self.batch)
-        ws = WindowState(batch["state_dir"], batch["query"], batch["window_id"])
+        ws = batch_state(batch)
         claim = ws.claim_path(batch["index"])
         if not claim.exists() or not read_json(claim).get("units"):
             raise AirflowSkipException(f"{batch['label']}: no claimed input")
