@@ -34,6 +34,19 @@ LOCAL_CONF: dict[str, str] = {
 }
 
 
+def spark_submit_binary() -> str:
+    """The ``spark-submit`` to run: the one on PATH, else the one installed beside this interpreter.
+
+    A benchmark or CLI started as ``.venv/bin/python ...`` without an activated venv has no
+    ``spark-submit`` on PATH, but pyspark put one next to ``sys.executable``.
+    """
+    found = shutil.which("spark-submit")
+    if found:
+        return found
+    beside = Path(sys.executable).parent / "spark-submit"
+    return str(beside) if beside.exists() else "spark-submit"
+
+
 def job_path(name: str) -> str:
     """Absolute path of a job script: ``job_path("batch")`` -> ``.../airflow_iqp/spark/batch_job.py``."""
     path = PACKAGE_DIR / "spark" / f"{name}_job.py"
@@ -65,15 +78,16 @@ def submit_spec(app: str, app_args: Sequence[str] = (), master: str = "local[*]"
 def submit_args(app: str, app_args: Sequence[str] = (), master: str = "local[*]", conf: Mapping[str, str] | None = None,
                 *, py_files: Sequence[str] | str | None = None, name: str | None = None,
                 deploy_mode: str | None = None, driver_memory: str | None = None,
-                spark_submit: str = "spark-submit") -> list[str]:
+                spark_submit: str | None = None) -> list[str]:
     """The spark-submit command line for ``app`` (a job script path) with ``app_args``.
 
     Built from :func:`submit_spec` (same defaults). ``py_files`` is a path or list of
-    paths (e.g. :func:`build_pyfiles_zip`) shipped to the executors.
+    paths (e.g. :func:`build_pyfiles_zip`) shipped to the executors. ``spark_submit``
+    defaults to :func:`spark_submit_binary`.
     """
     spec = submit_spec(app, app_args, master, conf, py_files=py_files, name=name, deploy_mode=deploy_mode,
                        driver_memory=driver_memory)
-    argv = [spark_submit, "--master", spec["master"]]
+    argv = [spark_submit or spark_submit_binary(), "--master", spec["master"]]
     for flag, key in (("--deploy-mode", "deploy_mode"), ("--name", "name"), ("--driver-memory", "driver_memory")):
         if spec[key]:
             argv += [flag, spec[key]]

@@ -6,13 +6,14 @@ import subprocess
 import sys
 import threading
 import zipfile
+from pathlib import Path
 
 import pytest
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.inputs.profiles import PROFILES, arrival_offsets
 from airflow_iqp.inputs.replay import replay
-from airflow_iqp.spark.submit import build_pyfiles_zip, submit_args, submit_spec
+from airflow_iqp.spark.submit import build_pyfiles_zip, spark_submit_binary, submit_args, submit_spec
 from airflow_iqp.state import list_ready_units
 
 N, RATE = 100, 2.0
@@ -115,14 +116,18 @@ def test_replay_cli_and_config_errors_exit_2(tmp_path):
     assert bad.returncode == 2 and "query: unknown query 'q99'" in bad.stderr
 
 
-def test_submit_args_and_pyfiles_zip(tmp_path):
+def test_submit_args_and_pyfiles_zip(tmp_path, monkeypatch):
     argv = submit_args("/x/batch_job.py", ["cq2", "m.json"], master="local[2]",
                        conf={"spark.sql.shuffle.partitions": "8"}, py_files=["a.zip"])
-    assert argv[:3] == ["spark-submit", "--master", "local[2]"]
+    assert Path(argv[0]).name == "spark-submit" and argv[1:3] == ["--master", "local[2]"]
     assert argv[-3:] == ["/x/batch_job.py", "cq2", "m.json"]
     assert "spark.sql.shuffle.partitions=8" in argv and "spark.ui.enabled=false" in argv
     assert argv[argv.index("--py-files") + 1] == "a.zip"
-    remote = submit_args("app.py", [], master="spark://h:7077")
+    # without an activated venv (PATH lacks .venv/bin) the one beside this interpreter is found
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert spark_submit_binary() == str(Path(sys.executable).parent / "spark-submit")
+    remote = submit_args("app.py", [], master="spark://h:7077", spark_submit="/opt/spark/bin/spark-submit")
+    assert remote[0] == "/opt/spark/bin/spark-submit"
     assert "spark.ui.enabled=false" not in remote
     spec = submit_spec("/x/batch_job.py", ["cq2", 3], master="yarn", conf={"a": 1}, py_files=["p.zip", "q.zip"])
     assert spec["application_args"] == ["cq2", "3"] and spec["conf"] == {"a": "1"} and spec["py_files"] == "p.zip,q.zip"
