@@ -29,7 +29,7 @@ def get_provider_info() -> dict:
         }],
         "operators": [{"integration-name": "Intermittent Query Processing",
                        "python-modules": ["airflow_iqp.operators.plan", "airflow_iqp.operators.submit",
-                                          "airflow_iqp.operators.final"]}],
+                                          "airflow_iqp.operators.final", "airflow_iqp.operators.connect"]}],
         "sensors": [{"integration-name": "Intermittent Query Processing",
                      "python-modules": ["airflow_iqp.sensors.ready"]}],
         "triggers": [{"integration-name": "Intermittent Query Processing",
@@ -47,6 +47,11 @@ def get_provider_info() -> dict:
                     "spark_conn_id": {"description": "The Spark connection batches are submitted through.",
                                       "version_added": "0.1.0", "type": "string", "example": None,
                                       "default": "spark_default"},
+                    "spark_connect_conn_id": {"description": "The spark_connect connection (sc://host:port) "
+                                                             "that batches and finals use with "
+                                                             "backend='spark-connect'.",
+                                              "version_added": "0.2.0", "type": "string", "example": None,
+                                              "default": "spark_connect_default"},
                     "poll_interval": {"description": "Seconds between readiness checks of a landing directory "
                                                      "in the triggerer.",
                                       "version_added": "0.1.0", "type": "float", "example": None, "default": "2"},

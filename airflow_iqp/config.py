@@ -11,6 +11,7 @@ from pathlib import Path
 DEFAULTS = {
     "state_dir": "",          # default: $AIRFLOW_HOME/iqp/state
     "spark_conn_id": "spark_default",
+    "spark_connect_conn_id": "spark_connect_default",  # the Spark Connect server (backend="spark-connect")
     "poll_interval": "2",     # seconds between readiness checks in the triggerer
     "ship_package": "False",  # --py-files a zip of airflow_iqp (needed on a real cluster)
 }
@@ -43,3 +44,7 @@ def poll_interval() -> float:
 
 def ship_package() -> bool:
     return get("ship_package").strip().lower() in ("1", "true", "yes")
+
+
+def connect_conn_id() -> str:
+    return get("spark_connect_conn_id")

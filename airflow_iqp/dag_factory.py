@@ -15,8 +15,9 @@
 
 The DAG: ``plan`` (BatchPlanOperator) -> per batch, a mapped task group ``batch`` of
 ``wait`` (BatchReadySensor, deferred to the triggerer) and ``submit``
-(BatchSubmitOperator, spark-submit of the batch job) -> ``final``
-(FinalAggregationOperator). Runs come from a WindowTimetable: one per window, created
+(BatchSubmitOperator, spark-submit of the batch job; BatchConnectOperator with
+``backend="spark-connect"``) -> ``final`` (FinalAggregationOperator, or
+FinalConnectOperator). Runs come from a WindowTimetable: one per window, created
 as the window opens.
 """
 
@@ -28,9 +29,11 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, task_group
 
+from airflow_iqp.errors import ConfigError
 from airflow_iqp.operators.final import FinalAggregationOperator
 from airflow_iqp.operators.plan import BatchPlanOperator
 from airflow_iqp.operators.submit import BatchSubmitOperator
+from airflow_iqp.runtime import BACKENDS
 from airflow_iqp.sensors.ready import BatchReadySensor
 from airflow_iqp.timetables.window import WindowTimetable
 
@@ -54,6 +57,9 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
     :param units: units expected per window.
     :param window: the window length; runs are created as each window opens.
     :param deadline_offset: the result is due this long after the window's end.
+    :param backend: ``"spark-submit"`` (default; one spark-submit per batch, for YARN, Kubernetes,
+        standalone) or ``"spark-connect"`` (every batch and final on the Spark Connect server of
+        the ``[iqp] spark_connect_conn_id`` connection).
     :param margin: seconds kept between a batch's input being ready and its latest start (default 10).
     :param pool: an Airflow pool whose slots are the batches the Spark cluster runs at once.
     :param weight_rule: ``"airflow_iqp.priority.EDFPriority"``, ``...LLFPriority`` or ``...SJFPriority``.
@@ -61,6 +67,13 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
     """
     from airflow_iqp.deadlines import window_deadline_alert
 
+    if backend not in BACKENDS:
+        raise ConfigError(f"must be one of {', '.join(BACKENDS)}, got {backend!r}", "backend")
+    if backend == "spark-connect":
+        from airflow_iqp.operators.connect import BatchConnectOperator as batch_op
+        from airflow_iqp.operators.connect import FinalConnectOperator as final_op
+    else:
+        batch_op, final_op = BatchSubmitOperator, FinalAggregationOperator
     if deadline_alert:
         dag_kwargs["deadline"] = window_deadline_alert(deadline_offset, deadline_callback, query=query)
     with DAG(
@@ -84,13 +97,11 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
         @task_group(group_id="batch")
         def batch(entry):
             wait = BatchReadySensor(task_id="wait", batch=entry, map_index_template=BATCH_LABEL)
-            submit = BatchSubmitOperator(task_id="submit", batch=entry, map_index_template=BATCH_LABEL,
-                                         retries=retries, retry_delay=dt.timedelta(seconds=5),
-                                         conf=spark_conf, **spark)
+            submit = batch_op(task_id="submit", batch=entry, map_index_template=BATCH_LABEL,
+                              retries=retries, retry_delay=dt.timedelta(seconds=5), conf=spark_conf, **spark)
             wait >> submit
 
-        final = FinalAggregationOperator(task_id="final", query=query, plan=plan.output, state_dir=state_dir,
-                                         conf=spark_conf, retries=retries, retry_delay=dt.timedelta(seconds=5),
-                                         **spark)
+        final = final_op(task_id="final", query=query, plan=plan.output, state_dir=state_dir,
+                         conf=spark_conf, retries=retries, retry_delay=dt.timedelta(seconds=5), **spark)
         batch.expand(entry=plan.output) >> final
     return dag

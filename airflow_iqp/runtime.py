@@ -33,6 +33,10 @@ from airflow_iqp.state import (
 STREAMS = ("orders", "lineitem")
 
 
+#: The execution backends: one spark-submit per batch, or a shared Spark Connect server.
+BACKENDS = ("spark-submit", "spark-connect")
+
+
 def window_id(window_start: float) -> str:
     """The window's id in the state layout: its start as ``YYYYmmddTHHMMSS`` (UTC)."""
     return dt.datetime.fromtimestamp(window_start, dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
@@ -56,7 +60,7 @@ class QueryConfig:
     arrival: str = "hint"        #: "hint", or "observed": the last window's observed arrivals
     cost_hint: dict = field(default_factory=lambda: {"kind": "linear", "per_unit": 0.1, "per_batch": 20.0})
     final_agg_hint: dict = field(default_factory=lambda: {"kind": "linear", "base": 20.0, "per_batch": 0.5})
-    backend: str = "spark-submit"
+    backend: str = "spark-submit"  #: "spark-submit" or "spark-connect" (whose cost history to plan with)
     mode: str = "plan"           #: "plan" (Algorithm 1) or "dynamic" (MinBatches, section 4)
     rsf: float = 0.5
     c_max: float | None = None
@@ -71,6 +75,8 @@ class QueryConfig:
             raise ConfigError(f"must be a whole number >= 1, got {self.units!r}", "units")
         if self.arrival not in ("hint", "observed"):
             raise ConfigError(f"must be 'hint' or 'observed', got {self.arrival!r}", "arrival")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"must be one of {', '.join(BACKENDS)}, got {self.backend!r}", "backend")
         if self.mode not in ("plan", "dynamic"):
             raise ConfigError(f"must be 'plan' or 'dynamic', got {self.mode!r}", "mode")
         if not self.margin >= 0:
@@ -319,17 +325,6 @@ def record_arrivals(batch_or_cfg: dict, window_start: float) -> Path:
     units = list_ready_units(batch_or_cfg["landing"])
     offsets = sorted(max(0.0, p.stat().st_mtime - window_start) for p in units)
     return atomic_write_json(ws.root / "arrivals.json", {"offsets": offsets, "units": [p.name for p in units]})
-
-
-def env_without_connect(env: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment for spark-submit, without Spark Connect's mode flag.
-
-    A Spark Connect session sets ``SPARK_CONNECT_MODE_ENABLED=1`` in its process and
-    never clears it; a spark-submit launched from that process then fails.
-    """
-    env = dict(os.environ if env is None else env)
-    env.pop("SPARK_CONNECT_MODE_ENABLED", None)
-    return env
 
 
 def as_batch(value: Any) -> dict:

@@ -1,12 +1,17 @@
-"""FinalAggregationOperator: merge a window's partials before the deadline, and account for it."""
+"""Final aggregation: merge a window's partials before the deadline, and account for it.
+
+``_FinalTask`` is the accounting both backends share; :class:`FinalAggregationOperator`
+runs ``airflow_iqp/spark/final_job.py`` through spark-submit,
+``airflow_iqp.operators.connect.FinalConnectOperator`` runs the same ``execute_final`` on a
+Spark Connect server.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Any, Sequence
 
-from airflow.sdk import Asset
-from airflow.utils.trigger_rule import TriggerRule
+from airflow.sdk import Asset, TriggerRule
 
 from airflow_iqp import config
 from airflow_iqp.operators.submit import _IQPSparkSubmit
@@ -19,29 +24,16 @@ def result_asset(query: str) -> Asset:
     return Asset(name=f"iqp_{query}_result", uri=f"file://{config.state_dir()}/{query}/result")
 
 
-class FinalAggregationOperator(_IQPSparkSubmit):
-    """Runs the final job, which merges every batch's partial into the window's result.
+class _FinalTask:
+    """What a final aggregation does around the merge, whichever backend runs it."""
 
-    ``trigger_rule="none_failed"``, so batches skipped for want of input do not skip it.
-    The job checks that every claimed unit is covered exactly once. Afterwards this
-    operator records units that arrived after the last claim as late data (the result is
-    then marked partial), the window's observed arrivals (for the next plan), and a
-    report of planned against actual times; it emits an Asset event for the result and
-    returns whether the deadline was met.
-
-    :param query: query id of the catalogue.
-    :param plan: the plan task's output (all batch entries).
-    :param state_dir: the state directory (default ``[iqp] state_dir``).
-    """
-
-    template_fields: Sequence[str] = (*_IQPSparkSubmit.template_fields, "plan", "state_dir")
-
-    def __init__(self, *, query: str, plan: Any, state_dir: str | None = None, **kwargs):
+    @staticmethod
+    def _final_defaults(kwargs: dict, query: str) -> dict:
         kwargs.setdefault("trigger_rule", TriggerRule.NONE_FAILED)
-        kwargs.setdefault("conn_id", config.get("spark_conn_id"))
-        kwargs.setdefault("name", f"iqp-final-{query}")
         kwargs.setdefault("outlets", [result_asset(query)])
-        super().__init__(**kwargs)
+        return kwargs
+
+    def _final_init(self, query: str, plan: Any, state_dir: str | None) -> None:
         self.query = query
         self.plan = plan
         self.state_dir = state_dir or config.state_dir()
@@ -50,15 +42,9 @@ class FinalAggregationOperator(_IQPSparkSubmit):
         start = context["data_interval_start"].timestamp()
         return WindowState(self.state_dir, self.query, window_id(start))
 
-    def render_template_fields(self, context, jinja_env=None) -> None:
-        super().render_template_fields(context, jinja_env)
-        self._prepare("final", [self.query, str(self._window(context).root)])
-
-    def execute(self, context) -> Any:
-        ws = self._window(context)
+    def _after_final(self, context, ws: WindowState) -> dict:
         start = context["data_interval_start"].timestamp()
         batches = list(self.plan or [])
-        super().execute(context)
         finished = time.time()
         manifest = read_json(ws.result_manifest)
         cfg = batches[0] if batches else {"state_dir": self.state_dir, "query": self.query, "landing": ""}
@@ -97,4 +83,37 @@ class FinalAggregationOperator(_IQPSparkSubmit):
         return {"query": self.query, "window": ws.window_id, "deadline_ts": deadline, "finished_ts": finished,
                 "deadline_met": deadline is None or finished <= deadline, "batches": rows,
                 "final_wall_seconds": manifest.get("wall_seconds"), "final_cpu_seconds": manifest.get("cpu_seconds"),
-                "result": manifest["result"], "partial": manifest["partial"], "late_units": manifest["late_units"]}
+                "backend": manifest.get("backend"), "result": manifest["result"], "partial": manifest["partial"],
+                "late_units": manifest["late_units"]}
+
+
+class FinalAggregationOperator(_FinalTask, _IQPSparkSubmit):
+    """Runs the final job through spark-submit; it merges every batch's partial into the window's result.
+
+    ``trigger_rule="none_failed"``, so batches skipped for want of input do not skip it.
+    The job checks that every claimed unit is covered exactly once. Afterwards this
+    operator records units that arrived after the last claim as late data (the result is
+    then marked partial), the window's observed arrivals (for the next plan), and a
+    report of planned against actual times; it emits an Asset event for the result and
+    returns whether the deadline was met.
+
+    :param query: query id of the catalogue.
+    :param plan: the plan task's output (all batch entries).
+    :param state_dir: the state directory (default ``[iqp] state_dir``).
+    """
+
+    template_fields: Sequence[str] = (*_IQPSparkSubmit.template_fields, "plan", "state_dir")
+
+    def __init__(self, *, query: str, plan: Any, state_dir: str | None = None, **kwargs):
+        kwargs.setdefault("conn_id", config.get("spark_conn_id"))
+        kwargs.setdefault("name", f"iqp-final-{query}")
+        super().__init__(**self._final_defaults(kwargs, query))
+        self._final_init(query, plan, state_dir)
+
+    def render_template_fields(self, context, jinja_env=None) -> None:
+        super().render_template_fields(context, jinja_env)
+        self._prepare("final", [self.query, str(self._window(context).root)])
+
+    def execute(self, context) -> Any:
+        super().execute(context)
+        return self._after_final(context, self._window(context))

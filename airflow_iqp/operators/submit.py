@@ -1,4 +1,11 @@
-"""BatchSubmitOperator: spark-submit one batch's partial aggregation (airflow_iqp/spark/batch_job.py)."""
+"""Batch operators: one planned batch's partial aggregation, by spark-submit or on a Spark Connect server.
+
+``_BatchTask`` is what a batch does whichever backend runs it (skip when nothing was
+claimed, stop retrying when a retry could no longer meet the deadline, report the
+batch's metrics); :class:`BatchSubmitOperator` runs ``airflow_iqp/spark/batch_job.py``
+through ``spark-submit``, ``airflow_iqp.operators.connect.BatchConnectOperator`` runs the
+same ``execute_batch`` on a shared server.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +14,50 @@ import os
 import time
 from typing import Any, Sequence
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_iqp import config
-from airflow_iqp.runtime import as_batch, batch_state, env_without_connect
-from airflow_iqp.spark.submit import LOCAL_CONF, build_pyfiles_zip, job_path, submit_env
+from airflow_iqp.runtime import as_batch, batch_state
+from airflow_iqp.spark.connect import without_connect_mode
+from airflow_iqp.spark.submit import build_pyfiles_zip, job_path, submit_env, submit_spec
 from airflow_iqp.state import read_json
 
 #: Start-up of one spark-submit JVM here is about 20 s; a batch gets this on top of its planned cost.
 SUBMIT_OVERHEAD_S = 60.0
+
+
+class _BatchTask:
+    """The batch semantics both backends share. Subclasses set ``overhead_s``."""
+
+    overhead_s: float = SUBMIT_OVERHEAD_S
+
+    def _batch_timeout(self, batch: dict) -> dt.timedelta:
+        return dt.timedelta(seconds=self.overhead_s + 3 * batch["cost"])
+
+    def _before_batch(self, context) -> tuple[dict, Any]:
+        """(batch entry, window state); skips when nothing was claimed, fails when a retry is too late."""
+        batch = as_batch(self.batch)
+        ws = batch_state(batch)
+        claim = ws.claim_path(batch["index"])
+        if not claim.exists() or not read_json(claim).get("units"):
+            raise AirflowSkipException(f"{batch['label']}: no claimed input")
+        try_number = context["ti"].try_number
+        remaining = batch["remaining_cost"] + self.overhead_s
+        if try_number > 1 and not batch.get("backfill") and time.time() + remaining > batch["deadline_ts"]:
+            raise AirflowFailException(
+                f"{batch['label']}: attempt {try_number} could no longer meet the deadline "
+                f"({dt.datetime.fromtimestamp(batch['deadline_ts'], dt.timezone.utc):%H:%M:%S}); not retrying")
+        return batch, ws
+
+    def _after_batch(self, context, batch: dict, ws) -> dict:
+        metrics = read_json(ws.metrics_path(batch["index"]))
+        self.log.info("%s: %d units in %.1f s wall, %.1f s CPU (%s)", batch["label"], metrics["units"],
+                      metrics["wall_seconds"], metrics["cpu_seconds"] or 0.0, metrics.get("backend"))
+        started = context["ti"].start_date
+        return {"index": batch["index"], "started": started.timestamp() if started else None, "ended": time.time(),
+                **metrics}
 
 
 class _IQPSparkSubmit(SparkSubmitOperator):
@@ -25,19 +66,24 @@ class _IQPSparkSubmit(SparkSubmitOperator):
     def _prepare(self, app: str, app_args: list[str]) -> None:
         self.application = job_path(app)
         self.application_args = app_args
-        self.conf = {**LOCAL_CONF, **(self.conf or {})}
-        env = submit_env(env_without_connect())
-        # Only what differs from the worker's own environment travels as env_vars.
+        env = submit_env()
+        # Only what the job needs on top of the worker's own environment travels as env_vars.
         self.env_vars = {k: v for k, v in env.items() if os.environ.get(k) != v}
         if config.ship_package() and not self.py_files:
             self.py_files = str(build_pyfiles_zip())
 
     def execute(self, context) -> Any:
-        os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)  # see runtime.env_without_connect
+        # The Spark provider's hook starts spark-submit with a copy of os.environ: drop from it what
+        # a Spark Connect session in this process left behind (see spark.connect.without_connect_mode).
+        for var in set(os.environ) - set(without_connect_mode()):
+            os.environ.pop(var)
+        # Local-mode tuning only for a local master, read from the connection (as submit_spec does).
+        master = SparkSubmitHook(conn_id=self._conn_id)._connection["master"]
+        self.conf = submit_spec(self.application, master=master, conf=self.conf)["conf"]
         return super().execute(context)
 
 
-class BatchSubmitOperator(_IQPSparkSubmit):
+class BatchSubmitOperator(_BatchTask, _IQPSparkSubmit):
     """Runs one planned batch through ``spark-submit``; the batch writes its partial result.
 
     The batch's application arguments, its label in the UI (``map_index_template``), its
@@ -63,23 +109,9 @@ class BatchSubmitOperator(_IQPSparkSubmit):
         ws = batch_state(batch)
         self._prepare("batch", [batch["query"], str(ws.claim_path(batch["index"])), batch["static"] or "",
                                 str(ws.partial_path(batch["index"])), "--state-dir", batch["state_dir"]])
-        self.execution_timeout = dt.timedelta(seconds=SUBMIT_OVERHEAD_S + 3 * batch["cost"])
+        self.execution_timeout = self._batch_timeout(batch)
 
     def execute(self, context) -> Any:
-        batch = as_batch(self.batch)
-        ws = batch_state(batch)
-        claim = ws.claim_path(batch["index"])
-        if not claim.exists() or not read_json(claim).get("units"):
-            raise AirflowSkipException(f"{batch['label']}: no claimed input")
-        try_number = context["ti"].try_number
-        remaining = batch["remaining_cost"] + SUBMIT_OVERHEAD_S
-        if try_number > 1 and not batch.get("backfill") and time.time() + remaining > batch["deadline_ts"]:
-            raise AirflowFailException(
-                f"{batch['label']}: attempt {try_number} could no longer meet the deadline "
-                f"({dt.datetime.fromtimestamp(batch['deadline_ts'], dt.timezone.utc):%H:%M:%S}); not retrying")
+        batch, ws = self._before_batch(context)
         super().execute(context)
-        metrics = read_json(ws.metrics_path(batch["index"]))
-        self.log.info("%s: %d units in %.1f s wall, %.1f s CPU", batch["label"], metrics["units"],
-                      metrics["wall_seconds"], metrics["cpu_seconds"] or 0.0)
-        return {"index": batch["index"], "started": context["ti"].start_date.timestamp()
-                if context["ti"].start_date else None, "ended": time.time(), **metrics}
+        return self._after_batch(context, batch, ws)

@@ -173,7 +173,7 @@ def write_atomic(df, final_path: str | os.PathLike, before_rename=None) -> Path:
     final_path = Path(final_path)
     final_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_sibling(final_path)
-    df.write.mode("errorifexists").parquet(str(tmp))
+    df.write.mode("error").parquet(str(tmp))  # "error" (not "errorifexists"): Spark Connect knows only this name
     if before_rename is not None:
         before_rename(tmp)
     return replace_dir(tmp, final_path)

@@ -99,8 +99,14 @@ def submit_args(app: str, app_args: Sequence[str] = (), master: str = "local[*]"
 
 
 def submit_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for a local spark-submit: this interpreter for driver and workers, the package importable."""
-    env = dict(os.environ if base is None else base)
+    """Environment for a local spark-submit: this interpreter for driver and workers, the package importable.
+
+    Spark Connect's mode flag is dropped (:func:`airflow_iqp.spark.connect.without_connect_mode`):
+    with it, spark-submit fails.
+    """
+    from airflow_iqp.spark.connect import without_connect_mode
+
+    env = without_connect_mode(base)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     root = str(PACKAGE_DIR.parent)

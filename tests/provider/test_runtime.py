@@ -7,7 +7,7 @@ import pytest
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.runtime import (
-    QueryConfig, batch_ready, claim_batch, env_without_connect, late_units, plan_window, window_id,
+    QueryConfig, batch_ready, claim_batch, late_units, plan_window, window_id,
 )
 from airflow_iqp.state import WindowState, append_cost_history, read_claims
 
@@ -111,11 +111,6 @@ def test_bad_configuration_names_the_field(tmp_path):
         cfg(tmp_path, cost_hint={"kind": "cubic"})
     with pytest.raises(ConfigError, match="deadline_offset"):
         plan_window(cfg(tmp_path), START, START + 240, START + 100, now=START)
-
-
-def test_spark_connect_flag_is_stripped_from_the_submit_environment():
-    env = env_without_connect({"SPARK_CONNECT_MODE_ENABLED": "1", "PATH": "/bin"})
-    assert env == {"PATH": "/bin"}
 
 
 def test_dynamic_mode_maps_minbatches_then_spares_that_skip(tmp_path):

@@ -1,0 +1,89 @@
+"""The Spark Connect backend's operators: batches and finals on one long-running Spark server.
+
+They are the Spark provider's ``PySparkOperator`` (which opens a session on the
+``spark_connect`` connection, ``[iqp] spark_connect_conn_id``, default
+``spark_connect_default``) running the very functions the spark-submit jobs run,
+``execute_batch`` and ``execute_final``. Start the server with ``airflow-iqp connect-server
+start`` and point the connection at it (``sc://127.0.0.1:15002``). The batch semantics
+(skip, retry cut-off, metrics) and the final accounting (late units, report, Asset event)
+are those of the spark-submit operators.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from airflow.providers.apache.spark.operators.spark_pyspark import PySparkOperator
+
+from airflow_iqp import config
+from airflow_iqp.operators.final import _FinalTask
+from airflow_iqp.operators.submit import _BatchTask
+from airflow_iqp.runtime import as_batch, batch_state
+
+#: Opening a session on a warm server and a small batch take about a second here.
+CONNECT_OVERHEAD_S = 15.0
+
+
+def run_batch_in_session(batch: dict, spark=None) -> dict:
+    """One planned batch on ``spark`` (the callable of :class:`BatchConnectOperator`)."""
+    from airflow_iqp.spark.batch_job import execute_batch
+
+    ws = batch_state(batch)
+    return execute_batch(spark, batch["query"], ws.claim_path(batch["index"]), batch["static"] or None,
+                         ws.partial_path(batch["index"]), state_dir=batch["state_dir"])
+
+
+def run_final_in_session(query: str, window_dir: str, spark=None) -> dict:
+    """A window's final aggregation on ``spark`` (the callable of :class:`FinalConnectOperator`)."""
+    from airflow_iqp.spark.final_job import execute_final
+
+    return execute_final(spark, query, window_dir)
+
+
+class BatchConnectOperator(_BatchTask, PySparkOperator):
+    """Runs one planned batch on a Spark Connect server; same contract as ``BatchSubmitOperator``.
+
+    :param batch: one entry of the plan task's output (mapped).
+    :param conn_id: a ``spark_connect`` connection (default ``[iqp] spark_connect_conn_id``).
+    """
+
+    template_fields: Sequence[str] = (*PySparkOperator.template_fields, "batch")
+    overhead_s = CONNECT_OVERHEAD_S
+
+    def __init__(self, *, batch: Any, conn_id: str | None = None, **kwargs):
+        kwargs.pop("conf", None)  # spark-submit --conf has no meaning for a running server
+        super().__init__(python_callable=run_batch_in_session, conn_id=conn_id or config.connect_conn_id(),
+                         **kwargs)
+        self.batch = batch
+
+    def render_template_fields(self, context, jinja_env=None) -> None:
+        super().render_template_fields(context, jinja_env)
+        batch = as_batch(self.batch)
+        self.op_kwargs = {"batch": batch}
+        self.execution_timeout = self._batch_timeout(batch)
+
+    def execute(self, context) -> Any:
+        batch, ws = self._before_batch(context)
+        super().execute(context)
+        return self._after_batch(context, batch, ws)
+
+
+class FinalConnectOperator(_FinalTask, PySparkOperator):
+    """Merges a window's partials on a Spark Connect server; same contract as ``FinalAggregationOperator``."""
+
+    template_fields: Sequence[str] = (*PySparkOperator.template_fields, "plan", "state_dir")
+
+    def __init__(self, *, query: str, plan: Any, state_dir: str | None = None, conn_id: str | None = None,
+                 **kwargs):
+        kwargs.pop("conf", None)
+        super().__init__(python_callable=run_final_in_session, conn_id=conn_id or config.connect_conn_id(),
+                         **self._final_defaults(kwargs, query))
+        self._final_init(query, plan, state_dir)
+
+    def render_template_fields(self, context, jinja_env=None) -> None:
+        super().render_template_fields(context, jinja_env)
+        self.op_kwargs = {"query": self.query, "window_dir": str(self._window(context).root)}
+
+    def execute(self, context) -> Any:
+        super().execute(context)
+        return self._after_final(context, self._window(context))
