@@ -113,7 +113,19 @@ def observed_offsets(cfg: QueryConfig) -> list[float] | None:
 
 
 def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
-    """The cost model from this backend's history, the configured hints otherwise; and where it came from."""
+    """The cost models to plan with, and where they came from.
+
+    In order of preference: the newest calibrated fit of this query and backend
+    (``airflow-iqp calibrate``: end-to-end seconds, the backend's per-batch start-up
+    included); a fit to this backend's measured batches and merges; the configured hints.
+    """
+    fits = read_cost_history(cfg.state_dir, cfg.query, "fit", cfg.backend)
+    if fits:
+        fit = fits[-1]
+        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(fit["recorded_at"]))
+        return (cost_model_from_dict(fit["cost"], "cost_history.fit.cost"),
+                final_agg_from_dict(fit["final_agg"], "cost_history.fit.final_agg"),
+                f"cost and final aggregation calibrated for {cfg.backend} at {when} UTC")
     batches = read_cost_history(cfg.state_dir, cfg.query, "batch", cfg.backend)
     finals = read_cost_history(cfg.state_dir, cfg.query, "final", cfg.backend)
     source = []

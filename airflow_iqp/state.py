@@ -313,6 +313,23 @@ def append_cost_history(
         "window": window, "recorded_at": time.time() if recorded_at is None else float(recorded_at),
     }
     record.update(extra)
+    return _append_history_line(state_dir, record)
+
+
+def append_cost_fit(state_dir: str | os.PathLike, *, query: str, backend: str, cost: dict, final_agg: dict,
+                    recorded_at: float | None = None, **extra: Any) -> dict:
+    """Append a calibrated fit (``kind: "fit"``) to ``STATE/cost_history.jsonl``; return it.
+
+    ``cost`` and ``final_agg`` are cost-model dicts (``cost_model_from_dict`` /
+    ``final_agg_from_dict`` read them). The plan operator plans with the newest fit of its
+    query and backend, in preference to fitting the per-batch records.
+    """
+    record = {"query": str(query).lower(), "backend": backend, "kind": "fit", "cost": cost, "final_agg": final_agg,
+              "recorded_at": time.time() if recorded_at is None else float(recorded_at), **extra}
+    return _append_history_line(state_dir, record)
+
+
+def _append_history_line(state_dir: str | os.PathLike, record: dict) -> dict:
     state_dir = Path(state_dir)
     path = state_dir / COST_HISTORY
     with locked(state_dir, ".cost_history.lock"):

@@ -22,16 +22,23 @@ def add_parser(subparsers):
     return p
 
 
-def run(args) -> int:
+def parse_conf(items: list[str]) -> dict[str, str]:
+    """``--conf KEY=VALUE`` options as a dict; a clear error for one without ``=``."""
     from airflow_iqp.errors import ConfigError
-    from airflow_iqp.spark.window import run_window
 
     conf = {}
-    for item in args.conf:
+    for item in items:
         if "=" not in item:
             raise ConfigError(f"expected KEY=VALUE, got {item!r}", field="conf")
         k, v = item.split("=", 1)
         conf[k] = v
+    return conf
+
+
+def run(args) -> int:
+    from airflow_iqp.spark.window import run_window
+
+    conf = parse_conf(args.conf)
     report = run_window(args.query, args.data, args.batches, args.out, static=args.static, window_id=args.window_id,
                         master=args.master, conf=conf, ship_package=args.ship_package or None,
                         log=None if args.json else (lambda m: print(m, file=sys.stderr, flush=True)))

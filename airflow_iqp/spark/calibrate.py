@@ -1,0 +1,258 @@
+"""Calibrate a query's cost model on one backend (section 6.2 of the paper): measure, fit, store.
+
+No Airflow import. :func:`calibrate` cuts a data directory's units into consecutive,
+disjoint batches of growing sizes (1, 2, 5, 10, 20, 50, ... while they fit), runs each
+as a batch on the backend, then merges the first k partials for a few k. It fits
+
+* the batch cost, seconds against units, as a piecewise linear model
+  (:func:`airflow_iqp.planning.models.fit_piecewise_linear`); its value at zero units is
+  the backend's per-batch overhead;
+* the final aggregation, seconds against the number of partials.
+
+Seconds are end to end, as the orchestrator sees them: for ``spark-submit`` the whole
+spark-submit process (JVM start-up included), for ``spark-connect`` the call on an open
+session to a warm server (one unrecorded warm-up batch runs first). The measurements go
+to ``STATE/cost_history.jsonl`` as ``batch`` / ``final`` records with
+``source: "calibrate"``, and the fit as a ``fit`` record, which the plan operator prefers.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+from airflow_iqp.errors import ConfigError, DataError
+from airflow_iqp.planning.models import PiecewiseLinearFinalAgg, fit_piecewise_linear
+from airflow_iqp.spark.queries import get_query
+from airflow_iqp.state import (
+    WindowState, append_cost_fit, append_cost_history, claim_units, list_ready_units, read_json, unit_files,
+)
+
+BACKEND_NAMES = {"submit": "spark-submit", "connect": "spark-connect",
+                 "spark-submit": "spark-submit", "spark-connect": "spark-connect"}
+GROWTH = (1, 2, 5)
+
+
+def default_sizes(n_units: int) -> list[int]:
+    """1, 2, 5, 10, 20, 50, ... while the consecutive batches fit in ``n_units``; the rest as one more
+    batch when it is larger than the last."""
+    sizes, total, scale = [], 0, 1
+    while True:
+        for g in GROWTH:
+            s = g * scale
+            if total + s > n_units:
+                rest = n_units - total
+                if sizes and rest > sizes[-1]:
+                    sizes.append(rest)
+                return sizes
+            sizes.append(s)
+            total += s
+        scale *= 10
+
+
+def default_final_counts(n_batches: int) -> list[int]:
+    return sorted({k for k in (1, 2, 4, n_batches) if 1 <= k <= n_batches})
+
+
+class _SubmitRunner:
+    name = "spark-submit"
+
+    def __init__(self, master: str = "local[*]", conf=None):
+        self.master, self.conf = master, conf
+        self.server_pid = None
+
+    def batch(self, query, ws, b, static) -> tuple[float, float | None]:
+        from airflow_iqp.spark.submit import job_path, submit_args
+
+        argv = submit_args(job_path("batch"), [query, ws.claim_path(b), str(static or ""), ws.partial_path(b),
+                                               "--no-history"], master=self.master, conf=self.conf,
+                           name=f"iqp-calibrate-{query}-b{b}")
+        return self._run(argv, f"batch {b}")
+
+    def final(self, query, ws) -> tuple[float, float | None]:
+        from airflow_iqp.spark.submit import job_path, submit_args
+
+        argv = submit_args(job_path("final"), [query, ws.root, "--no-history"], master=self.master, conf=self.conf,
+                           name=f"iqp-calibrate-{query}-final")
+        return self._run(argv, "final")
+
+    def _run(self, argv, what):
+        from airflow_iqp.spark.submit import run_submit
+
+        res = run_submit(argv, timeout=1800)
+        if res.returncode != 0:
+            raise DataError(f"calibration {what} failed (exit {res.returncode}):\n{res.tail()}")
+        return res.wall_seconds, res.cpu_seconds
+
+    def close(self):
+        pass
+
+
+class _ConnectRunner:
+    name = "spark-connect"
+
+    def __init__(self, url: str, server_pid: int | None):
+        from airflow_iqp.spark.connect import connect_session
+
+        self.url, self.server_pid = url, server_pid
+        self.spark = connect_session(url)
+
+    def _measure(self, fn) -> tuple[float, float | None]:
+        from airflow_iqp.spark.connect import server_cpu_seconds
+        from airflow_iqp.spark.jobmetrics import process_cpu_seconds
+
+        c0 = process_cpu_seconds() + (server_cpu_seconds(self.server_pid) if self.server_pid else 0.0)
+        t0 = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - t0
+        c1 = process_cpu_seconds() + (server_cpu_seconds(self.server_pid) if self.server_pid else 0.0)
+        return wall, (c1 - c0) if self.server_pid else None
+
+    def batch(self, query, ws, b, static):
+        from airflow_iqp.spark.batch_job import execute_batch
+
+        return self._measure(lambda: execute_batch(self.spark, query, ws.claim_path(b), str(static) if static else None,
+                                                   ws.partial_path(b), history=False))
+
+    def final(self, query, ws):
+        from airflow_iqp.spark.final_job import execute_final
+
+        return self._measure(lambda: execute_final(self.spark, query, ws.root, history=False))
+
+    def close(self):
+        self.spark.stop()
+
+
+def _copy_window(src: WindowState, dst: WindowState, batches: Sequence[int]) -> None:
+    """``dst`` holds the claims and partials of ``src``'s ``batches`` (for a merge of those partials)."""
+    shutil.rmtree(dst.root, ignore_errors=True)
+    dst.claims_dir.mkdir(parents=True)
+    dst.partials_dir.mkdir(parents=True)
+    for b in batches:
+        shutil.copy2(src.claim_path(b), dst.claim_path(b))
+        shutil.copytree(src.partial_path(b), dst.partial_path(b))
+
+
+def calibrate(query_id: str, data: str | os.PathLike, *, backend: str = "submit", state_dir: str | os.PathLike,
+              sizes: Sequence[int] | None = None, final_counts: Sequence[int] | None = None, repeat: int = 1,
+              url: str | None = None, server_pid: int | None = None, master: str = "local[*]", conf=None,
+              work_dir: str | os.PathLike | None = None, log: Callable[[str], None] | None = None) -> dict:
+    """Measure and fit ``query_id``'s batch and final-aggregation costs on ``backend``; store the fit.
+
+    ``backend`` is ``submit`` or ``connect`` (then ``url`` is the server, ``server_pid`` its
+    JVM for CPU accounting). Returns ``{"query", "backend", "batches": [{"units", "wall_seconds",
+    "cpu_seconds"}], "finals": [{"batches", ...}], "cost", "final_agg", "overhead_seconds", "record"}``.
+    """
+    from airflow_iqp.spark.window import resolve_data
+
+    if backend not in BACKEND_NAMES:
+        raise ConfigError(f"must be submit or connect, got {backend!r}", field="backend")
+    if int(repeat) != repeat or repeat < 1:
+        raise ConfigError(f"must be a whole number >= 1, got {repeat!r}", field="repeat")
+    backend = BACKEND_NAMES[backend]
+    query = get_query(query_id)
+    landing, static = resolve_data(data)
+    if query.static and static is None:
+        raise ConfigError(f"query {query.id} needs static tables {', '.join(query.static)}", field="data")
+    units = list_ready_units(landing)
+    sizes = list(sizes) if sizes else default_sizes(len(units))
+    if len(set(sizes)) < 2 or any(int(s) != s or s < 1 for s in sizes):
+        raise ConfigError(f"need two or more distinct batch sizes >= 1, got {sizes}", field="sizes")
+    if sum(sizes) > len(units):
+        raise ConfigError(f"batch sizes {sizes} need {sum(sizes)} units; {landing} has {len(units)}", field="sizes")
+    final_counts = list(final_counts) if final_counts else default_final_counts(len(sizes))
+    if len(set(final_counts)) < 2 or any(not 1 <= k <= len(sizes) for k in final_counts):
+        raise ConfigError(f"need two or more distinct partial counts within 1..{len(sizes)}, got {final_counts}",
+                          field="finals")
+    if backend == "spark-connect" and not url:
+        raise ConfigError("the connect backend needs the server's sc:// URL", field="url")
+    say = log or (lambda m: None)
+    work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix=f"iqp-calibrate-{query.id}-"))
+    ws = WindowState(work, query.id, "calibrate")
+    shutil.rmtree(ws.root, ignore_errors=True)
+    runner = _SubmitRunner(master, conf) if backend == "spark-submit" else _ConnectRunner(url, server_pid)
+    batches, finals = [], []
+    try:
+        start = 0
+        for b, size in enumerate(sizes):
+            chunk = units[start:start + size]
+            start += size
+            claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
+        if backend == "spark-connect":
+            runner.batch(query.id, ws, 0, static)  # warm-up: JIT, caches; not recorded
+        for _ in range(repeat):
+            for b, size in enumerate(sizes):
+                wall, cpu = runner.batch(query.id, ws, b, static)
+                job = read_json(ws.metrics_path(b))
+                batches.append({"units": size, "wall_seconds": wall, "cpu_seconds": cpu,
+                                "step_wall_seconds": job["wall_seconds"], "task_seconds": job.get("task_seconds")})
+                say(f"batch of {size:>4} units: {wall:6.2f} s" + (f", {cpu:6.2f} CPU s" if cpu is not None else ""))
+        if backend == "spark-connect":  # warm-up of the merge, not recorded
+            _copy_window(ws, WindowState(work, query.id, "calibrate-warmup"), [0])
+            runner.final(query.id, WindowState(work, query.id, "calibrate-warmup"))
+        for _ in range(repeat):
+            for k in final_counts:
+                wk = WindowState(work, query.id, f"calibrate-final-{k}")
+                _copy_window(ws, wk, range(k))
+                wall, cpu = runner.final(query.id, wk)
+                finals.append({"batches": k, "units": sum(sizes[:k]), "wall_seconds": wall, "cpu_seconds": cpu})
+                say(f"final of {k:>2} partials: {wall:6.2f} s" + (f", {cpu:6.2f} CPU s" if cpu is not None else ""))
+    finally:
+        runner.close()
+    cost = fit_piecewise_linear([(r["units"], r["wall_seconds"]) for r in batches], max_pieces=4)
+    agg = PiecewiseLinearFinalAgg(fit_piecewise_linear([(r["batches"], r["wall_seconds"]) for r in finals],
+                                                       max_pieces=3).points)
+    now = time.time()
+    for r in batches:
+        append_cost_history(state_dir, query=query.id, kind="batch", units=r["units"], batches=1,
+                            wall_seconds=r["wall_seconds"], cpu_seconds=r["cpu_seconds"],
+                            task_seconds=r["task_seconds"], backend=backend, source="calibrate", recorded_at=now)
+    for r in finals:
+        append_cost_history(state_dir, query=query.id, kind="final", units=r["units"], batches=r["batches"],
+                            wall_seconds=r["wall_seconds"], cpu_seconds=r["cpu_seconds"], backend=backend,
+                            source="calibrate", recorded_at=now)
+    record = append_cost_fit(state_dir, query=query.id, backend=backend, cost=cost.to_dict(), final_agg=agg.to_dict(),
+                             overhead_seconds=cost.overhead, data=str(data), recorded_at=now)
+    if not work_dir:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"query": query.id, "backend": backend, "batches": batches, "finals": finals, "cost": cost.to_dict(),
+            "final_agg": agg.to_dict(), "overhead_seconds": cost.overhead, "record": record}
+
+
+def plot_calibration(report: dict, path: str | os.PathLike) -> Path:
+    """Measured against fitted cost: batches (seconds by units) and merges (seconds by partials)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from airflow_iqp.planning.models import cost_model_from_dict, final_agg_from_dict
+
+    cost = cost_model_from_dict(report["cost"])
+    agg = final_agg_from_dict(report["final_agg"])
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    xs = [r["units"] for r in report["batches"]]
+    a1.scatter(xs, [r["wall_seconds"] for r in report["batches"]], label="measured", color="tab:blue")
+    grid = list(range(0, max(xs) + 1))
+    a1.plot(grid, [cost._at(float(x)) for x in grid], label="fitted", color="tab:orange")
+    a1.set(xlabel="units in the batch", ylabel="seconds", title=f"{report['query']} batch cost ({report['backend']})")
+    a1.annotate(f"overhead {report['overhead_seconds']:.2f} s", (0, report["overhead_seconds"]),
+                textcoords="offset points", xytext=(5, 10))
+    ks = [r["batches"] for r in report["finals"]]
+    a2.scatter(ks, [r["wall_seconds"] for r in report["finals"]], label="measured", color="tab:blue")
+    kg = list(range(1, max(ks) + 1))
+    a2.plot(kg, [agg.cost(k) for k in kg], label="fitted", color="tab:orange")
+    a2.set(xlabel="partials merged", ylabel="seconds", title="final aggregation")
+    for a in (a1, a2):
+        a.set_ylim(bottom=0)
+        a.legend()
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,137 @@
+"""The Spark Connect backend, for real: a server started as the provider starts it, both backends
+in one process, identical results, and a calibration on the server.
+
+One server for the module (about 20 s to start here). A Connect session leaves
+SPARK_CONNECT_MODE_ENABLED=1 in this process, which also switches pyspark's functions to
+their Connect flavour; the fixture removes it afterwards so later tests get classic pyspark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.reference import assert_same_rows, duckdb_reference
+
+from airflow_iqp.runtime import QueryConfig, cost_models
+from airflow_iqp.spark.batch_job import execute_batch
+from airflow_iqp.spark.calibrate import calibrate, default_sizes
+from airflow_iqp.spark.connect import (
+    CONNECT_MODE_VAR, connect_session, server_status, start_server, stop_server,
+)
+from airflow_iqp.spark.final_job import execute_final
+from airflow_iqp.spark.submit import submit_env
+from airflow_iqp.spark.window import run_window, split_consecutive
+from airflow_iqp.state import WindowState, claim_units, read_cost_history, unit_files
+
+pytestmark = pytest.mark.spark
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    base = tmp_path_factory.mktemp("connect")
+    port = _free_port()
+    info = start_server(port, base=base, driver_memory="1g")
+    yield info
+    assert stop_server(port, base=base)
+    assert not server_status(port, base)["running"]
+    os.environ.pop(CONNECT_MODE_VAR, None)
+
+
+def _rows(path) -> list[tuple]:
+    t = pq.read_table(str(path))
+    return [tuple(r.values()) for r in t.to_pylist()]
+
+
+def _connect_window(spark, qid, tpch_dir, units, k, out) -> WindowState:
+    from airflow_iqp.spark.queries import get_query
+
+    query = get_query(qid)
+    ws = WindowState(out, qid, "w0")
+    for b, chunk in enumerate(split_consecutive(units, k)):
+        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
+        m = execute_batch(spark, qid, ws.claim_path(b), str(tpch_dir / "static"), ws.partial_path(b))
+        assert m["backend"] == "spark-connect"
+    execute_final(spark, qid, ws.root, expect_units=len(units))
+    return ws
+
+
+def test_server_answers_only_on_loopback(server):
+    assert server["url"].startswith("sc://127.0.0.1:")
+    status = server_status(server["port"], os.path.dirname(server["dir"]))
+    assert status["running"] and status["pid"] == server["pid"]
+    log = open(server["log"]).read()
+    assert "spark.connect.grpc.binding.address=127.0.0.1" in log
+
+
+def test_both_backends_in_one_process_give_identical_results(server, tpch_dir, units, tmp_path):
+    spark = connect_session(server["url"])
+    try:
+        connect = {q: _connect_window(spark, q, tpch_dir, units, 2, tmp_path / "connect") for q in ("cq3", "q4")}
+        # What a Connect session leaves behind in this process, and what spark-submit must not see.
+        assert os.environ.get(CONNECT_MODE_VAR) == "1"
+        assert CONNECT_MODE_VAR not in submit_env()
+        for q, ordered in (("cq3", False), ("q4", True)):
+            run_window(q, tpch_dir, 2, tmp_path / "submit")  # real spark-submit processes, from this process
+            got_submit = _rows(WindowState(tmp_path / "submit", q, "w0").result_dir)
+            got_connect = _rows(connect[q].result_dir)
+            assert (got_connect if ordered else sorted(got_connect)) == \
+                (got_submit if ordered else sorted(got_submit)), f"{q}: connect and spark-submit differ"
+            _cols, ref = duckdb_reference(q, units, tpch_dir / "static")
+            assert_same_rows(got_connect, ref, ordered=ordered, label=f"{q} via Spark Connect")
+        hist = read_cost_history(tmp_path / "connect", query="q4")
+        assert [(r["kind"], r["backend"]) for r in hist] == [("batch", "spark-connect")] * 2 + [
+            ("final", "spark-connect")]
+    finally:
+        spark.stop()
+
+
+def test_calibrate_on_the_server_stores_a_fit_the_planner_uses(server, tpch_dir, tmp_path):
+    state = tmp_path / "state"
+    rep = calibrate("cq3", tpch_dir, backend="connect", state_dir=state, url=server["url"],
+                    server_pid=server["pid"])
+    assert default_sizes(6) == [1, 2, 3]
+    assert [r["units"] for r in rep["batches"]] == [1, 2, 3]
+    assert [r["batches"] for r in rep["finals"]] == [1, 2, 3]
+    assert all(r["wall_seconds"] > 0 and r["cpu_seconds"] > 0 for r in rep["batches"] + rep["finals"])
+    assert rep["overhead_seconds"] >= 0
+    fits = read_cost_history(state, "cq3", "fit", "spark-connect")
+    assert len(fits) == 1 and fits[0]["cost"] == rep["cost"]
+    cfg = dict(query="cq3", landing=str(tpch_dir / "units"), state_dir=str(state), units=6)
+    cost, agg, source = cost_models(QueryConfig(**cfg, backend="spark-connect"))
+    assert "calibrated for spark-connect" in source
+    assert cost.cost(2) == pytest.approx(rep["cost"]["points"][1][1])
+    assert "calibrated" not in cost_models(QueryConfig(**cfg, backend="spark-submit"))[2]
+
+
+def test_calibrate_cli_errors_name_the_option(tpch_dir, tmp_path):
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "airflow_iqp.cli.main", "calibrate", "--query", "cq3",
+                               "--data", str(tpch_dir), "--state-dir", str(tmp_path), *args],
+                              capture_output=True, text=True, timeout=120)
+
+    bad = cli("--sizes", "2,2")
+    assert bad.returncode == 2 and "sizes: need two or more distinct batch sizes" in bad.stderr
+    bad = cli("--sizes", "4,5")
+    assert bad.returncode == 2 and "need 9 units" in bad.stderr
+    bad = cli("--sizes", "1,x")
+    assert bad.returncode == 2 and "sizes: expected comma-separated whole numbers" in bad.stderr
+    bad = cli("--finals", "1,7")
+    assert bad.returncode == 2 and "finals: need two or more distinct partial counts within 1..3" in bad.stderr
+    assert not (tmp_path / "cost_history.jsonl").exists()
+    ok = subprocess.run([sys.executable, "-m", "airflow_iqp.cli.main", "connect-server", "status", "--port",
+                         str(_free_port()), "--dir", str(tmp_path / "none")], capture_output=True, text=True,
+                        timeout=60)
+    assert ok.returncode == 1 and json.loads(ok.stdout)["running"] is False
