@@ -339,6 +339,33 @@ def record_arrivals(batch_or_cfg: dict, window_start: float) -> Path:
     return atomic_write_json(ws.root / "arrivals.json", {"offsets": offsets, "units": [p.name for p in units]})
 
 
+def record_task_cpu(window_root: str | os.PathLike, ti: Any, phase: str = "run") -> dict:
+    """Record this task process's CPU seconds so far in ``<window>/cpu/``; return the record.
+
+    ``self`` is the task process itself (Airflow's task runner, the DAG file's imports, a
+    Spark Connect client); ``children`` every child it has reaped: for a spark-submit task,
+    the whole spark-submit process tree (JVM, Python driver, Python workers). One file per
+    task instance, try and phase (a deferred sensor runs in two processes).
+    """
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    rec = {"task_id": ti.task_id, "map_index": getattr(ti, "map_index", -1), "try_number": ti.try_number,
+           "phase": phase, "self_cpu_seconds": me.ru_utime + me.ru_stime,
+           "children_cpu_seconds": kids.ru_utime + kids.ru_stime, "recorded_at": time.time()}
+    name = f"{rec['task_id']}.{rec['map_index']}.{rec['try_number']}.{phase}.json"
+    atomic_write_json(Path(window_root) / "cpu" / name, rec)
+    return rec
+
+
+def window_task_cpu(window_root: str | os.PathLike) -> dict:
+    """The CPU the window's task processes recorded (:func:`record_task_cpu`), summed."""
+    recs = [read_json(p) for p in sorted((Path(window_root) / "cpu").glob("*.json"))]
+    own = sum(r["self_cpu_seconds"] for r in recs)
+    kids = sum(r["children_cpu_seconds"] for r in recs)
+    return {"tasks": len(recs), "self_cpu_seconds": own, "children_cpu_seconds": kids, "cpu_seconds": own + kids}
+
+
 def as_batch(value: Any) -> dict:
     if not isinstance(value, dict) or "index" not in value or "landing" not in value:
         raise ConfigError(f"expected one entry of the plan task's output, got {value!r}", "batch")

@@ -15,7 +15,7 @@ from airflow.sdk import Asset, TriggerRule
 
 from airflow_iqp import config
 from airflow_iqp.operators.submit import _IQPSparkSubmit
-from airflow_iqp.runtime import late_units, record_arrivals, window_id
+from airflow_iqp.runtime import late_units, record_arrivals, record_task_cpu, window_id, window_task_cpu
 from airflow_iqp.state import WindowState, atomic_write_json, read_claims, read_json
 
 
@@ -60,6 +60,7 @@ class _FinalTask:
                              len(late["units"]), ws.root / "late.json")
         # A backfilled window's deadline passed long ago; there is none to meet.
         deadline = batches[0]["deadline_ts"] if batches and not batches[0].get("backfill") else None
+        record_task_cpu(ws.root, context["ti"])
         report = self._report(ws, batches, finished, deadline, manifest)
         atomic_write_json(ws.root / "report.json", report)
         context["outlet_events"][result_asset(self.query)].extra = {
@@ -83,7 +84,8 @@ class _FinalTask:
         return {"query": self.query, "window": ws.window_id, "deadline_ts": deadline, "finished_ts": finished,
                 "deadline_met": deadline is None or finished <= deadline, "batches": rows,
                 "final_wall_seconds": manifest.get("wall_seconds"), "final_cpu_seconds": manifest.get("cpu_seconds"),
-                "backend": manifest.get("backend"), "result": manifest["result"], "partial": manifest["partial"],
+                "backend": manifest.get("backend"), "task_cpu": window_task_cpu(ws.root),
+                "result": manifest["result"], "partial": manifest["partial"],
                 "late_units": manifest["late_units"]}
 
 

@@ -10,7 +10,7 @@ from airflow.sdk import BaseOperator
 from airflow_iqp import config
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.notifications.deadline import DeadlineRiskNotifier
-from airflow_iqp.runtime import QueryConfig, format_window_plan, plan_window, store_plan
+from airflow_iqp.runtime import QueryConfig, format_window_plan, plan_window, record_task_cpu, store_plan
 from airflow_iqp.state import WindowState
 
 
@@ -74,5 +74,6 @@ class BatchPlanOperator(BaseOperator):
             context["iqp_plan"] = wp.to_dict()
             context["iqp_record"] = str(WindowState(cfg.state_dir, cfg.query, wp.window_id).root / "deadline_risk.json")
             self.on_deadline_risk(context)
+        record_task_cpu(path.parent, context["ti"])
         self.log.info("plan stored in %s: %d batches", path, len(wp.batches))
         return wp.batches

@@ -19,7 +19,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_iqp import config
-from airflow_iqp.runtime import as_batch, batch_state
+from airflow_iqp.runtime import as_batch, batch_state, record_task_cpu
 from airflow_iqp.spark.connect import without_connect_mode
 from airflow_iqp.spark.submit import build_pyfiles_zip, job_path, submit_env, submit_spec
 from airflow_iqp.state import read_json
@@ -56,8 +56,9 @@ class _BatchTask:
         self.log.info("%s: %d units in %.1f s wall, %.1f s CPU (%s)", batch["label"], metrics["units"],
                       metrics["wall_seconds"], metrics["cpu_seconds"] or 0.0, metrics.get("backend"))
         started = context["ti"].start_date
+        cpu = record_task_cpu(ws.root, context["ti"])
         return {"index": batch["index"], "started": started.timestamp() if started else None, "ended": time.time(),
-                **metrics}
+                **metrics, "task_cpu_seconds": cpu["self_cpu_seconds"] + cpu["children_cpu_seconds"]}
 
 
 class _IQPSparkSubmit(SparkSubmitOperator):

@@ -9,7 +9,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_iqp import config
-from airflow_iqp.runtime import as_batch, batch_ready, claim_batch
+from airflow_iqp.runtime import as_batch, batch_ready, batch_state, claim_batch, record_task_cpu
 from airflow_iqp.triggers.ready import BatchReadyTrigger
 
 
@@ -47,18 +47,21 @@ class BatchReadySensor(BaseSensorOperator):
         batch = as_batch(self.batch)
         reason = batch_ready(batch, time.time())
         if reason:
-            return self._claim(batch, reason)
+            return self._claim(batch, reason, context)
         if not self.deferrable:
             super().execute(context)
-            return self._claim(batch, "poke")
+            return self._claim(batch, "poke", context)
+        record_task_cpu(batch_state(batch).root, context["ti"], "defer")
         self.defer(trigger=BatchReadyTrigger(batch, self.poll_interval or config.poll_interval()),
                    method_name="execute_complete")
 
     def execute_complete(self, context, event: dict | None = None) -> Any:
-        return self._claim(as_batch(self.batch), (event or {}).get("reason", "trigger"))
+        return self._claim(as_batch(self.batch), (event or {}).get("reason", "trigger"), context)
 
-    def _claim(self, batch: dict, reason: str) -> dict:
+    def _claim(self, batch: dict, reason: str, context=None) -> dict:
         manifest = claim_batch(batch)  # the trigger's claim, re-read; or claimed now
+        if context is not None:
+            record_task_cpu(batch_state(batch).root, context["ti"], "claim")
         self.log.info("%s: fired on %s, claimed %d units", batch["label"], reason, len(manifest["units"]))
         if not manifest["units"]:
             raise AirflowSkipException(f"{batch['label']}: nothing arrived that no earlier batch claimed")

@@ -107,6 +107,17 @@ def test_connect_then_submit_dag_in_one_process(tmp_path):
         assert m["backend"] == backend and len(m["units"]) == 6
         report = json.loads((manifest.parent / "report.json").read_text())
         assert report["backend"] == backend and report["partial"] is False
+        # Each task recorded its process's CPU; dag.test() runs them all in one process, so the
+        # records are cumulative here. spark-submit work shows as reaped children; Connect has none.
+        cpu = {json.loads(p.read_text())["task_id"]: json.loads(p.read_text())
+               for p in (manifest.parent / "cpu").glob("*.json")}
+        assert set(cpu) == {"plan", "batch.wait", "batch.submit", "final"}
+        assert report["task_cpu"]["tasks"] == 4 and report["task_cpu"]["cpu_seconds"] > 0
+        submit_children = cpu["batch.submit"]["children_cpu_seconds"] - cpu["batch.wait"]["children_cpu_seconds"]
+        if backend == "spark-submit":
+            assert submit_children > 1.0
+        else:
+            assert submit_children < 0.5
         results[backend] = [tuple(r.values()) for r in pq.read_table(m["result"]).to_pylist()]
         assert_same_rows(results[backend], ref, ordered=True, label=f"q4 via {backend}")
     assert results["spark-connect"] == results["spark-submit"]
