@@ -285,13 +285,27 @@ def batch_state(batch: dict) -> WindowState:
     return WindowState(batch["state_dir"], batch["query"], batch["window_id"])
 
 
+#: The last batch gives units due at the window's end this long to land before it fires
+#: on time alone: firing a moment before them would leave them late for nothing.
+LAST_UNIT_GRACE_S = 2.0
+
+
+def fire_at(batch: dict) -> float:
+    """When a batch fires on time alone: its latest safe start, and for the last batch not
+    before its planned ready time (the window's last arrival) plus :data:`LAST_UNIT_GRACE_S`."""
+    if batch["last"]:
+        return max(batch["latest_start_ts"], batch["ready_ts"] + LAST_UNIT_GRACE_S)
+    return batch["latest_start_ts"]
+
+
 def batch_ready(batch: dict, now: float, arrived: int | None = None) -> str | None:
     """Why the batch may start now, or None: the paper's dynamic rule, whichever comes first.
 
     ``"units"``: its planned units have arrived (for the last batch, all of the window's)
-    and the batch before it has claimed; ``"time"``: its latest safe start has come.
+    and the batch before it has claimed; ``"time"``: its latest safe start has come
+    (:func:`fire_at`).
     """
-    if now >= batch["latest_start_ts"]:
+    if now >= fire_at(batch):
         return "time"
     if arrived is None:
         arrived = len(list_ready_units(batch["landing"]))

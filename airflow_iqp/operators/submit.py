@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 import time
 from typing import Any, Sequence
 
@@ -21,7 +22,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow_iqp import config
 from airflow_iqp.runtime import as_batch, batch_state, record_task_cpu
 from airflow_iqp.spark.connect import without_connect_mode
-from airflow_iqp.spark.submit import build_pyfiles_zip, job_path, submit_env, submit_spec
+from airflow_iqp.spark.submit import build_pyfiles_zip, job_path, spark_submit_binary, submit_env, submit_spec
 from airflow_iqp.state import read_json
 
 #: Start-up of one spark-submit JVM here is about 20 s; a batch gets this on top of its planned cost.
@@ -78,6 +79,10 @@ class _IQPSparkSubmit(SparkSubmitOperator):
         # a Spark Connect session in this process left behind (see spark.connect.without_connect_mode).
         for var in set(os.environ) - set(without_connect_mode()):
             os.environ.pop(var)
+        # The hook runs "spark-submit" from PATH; a worker started without the venv activated
+        # has pyspark's one beside its interpreter only.
+        if shutil.which("spark-submit") is None:
+            os.environ["PATH"] = os.pathsep.join([os.path.dirname(spark_submit_binary()), os.environ.get("PATH", "")])
         # Local-mode tuning only for a local master, read from the connection (as submit_spec does).
         master = SparkSubmitHook(conn_id=self._conn_id)._connection["master"]
         self.conf = submit_spec(self.application, master=master, conf=self.conf)["conf"]

@@ -29,7 +29,7 @@ class BatchReadyTrigger(BaseTrigger):
                 {"batch": self.batch, "poll_interval": self.poll_interval})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_iqp.runtime import batch_ready, claim_batch
+        from airflow_iqp.runtime import batch_ready, claim_batch, fire_at
 
         while True:
             now = time.time()
@@ -38,4 +38,4 @@ class BatchReadyTrigger(BaseTrigger):
                 manifest = await asyncio.to_thread(claim_batch, self.batch)
                 yield TriggerEvent({"reason": reason, "at": now, "units": len(manifest["units"])})
                 return
-            await asyncio.sleep(max(0.05, min(self.poll_interval, self.batch["latest_start_ts"] - now)))
+            await asyncio.sleep(max(0.05, min(self.poll_interval, fire_at(self.batch) - now)))

@@ -7,7 +7,7 @@ import pytest
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.runtime import (
-    QueryConfig, batch_ready, claim_batch, late_units, plan_window, window_id,
+    LAST_UNIT_GRACE_S, QueryConfig, batch_ready, claim_batch, late_units, plan_window, window_id,
 )
 from airflow_iqp.state import WindowState, append_cost_history, read_claims
 
@@ -80,6 +80,13 @@ def test_readiness_is_units_or_latest_start_whichever_first(tmp_path):
     # The last batch needs the whole window.
     last = wp.batches[-1]
     assert batch_ready(last, START + 200, arrived=239) is None
+    # With no slack (ready == latest start: an infeasible, best-effort plan), the last batch
+    # still gives the units due at the window's end a moment to land before firing on time.
+    tight = {**last, "latest_start_ts": last["ready_ts"]}
+    assert batch_ready(tight, tight["ready_ts"], arrived=239) is None
+    assert batch_ready(tight, tight["ready_ts"] + LAST_UNIT_GRACE_S, arrived=239) == "time"
+    # A batch before the last fires at its latest start, slack or not.
+    assert batch_ready({**b1, "latest_start_ts": b1["ready_ts"]}, b1["ready_ts"], arrived=0) == "time"
 
 
 def test_claims_take_every_arrived_unit_once_and_late_units_are_recorded(tmp_path):

@@ -1,0 +1,24 @@
+"""The DAGs of ``benchmarks/vs_streaming.py``: one per query, all reading one landing directory.
+
+Configured by environment (the benchmark sets it): IQP_QUERIES (comma-separated ids),
+IQP_BACKEND, IQP_LANDING, IQP_STATIC, IQP_UNITS, IQP_WINDOW_S, IQP_ANCHOR / IQP_END (ISO
+times: the one window), IQP_DEADLINES (JSON: query -> seconds after the window's end),
+IQP_MARGIN (seconds). Cost models come from the calibrated fits in the state directory.
+"""
+
+import json
+import os
+from datetime import datetime, timedelta
+
+from airflow_iqp.dag_factory import iqp_dag
+
+if os.environ.get("IQP_QUERIES"):
+    ANCHOR = datetime.fromisoformat(os.environ["IQP_ANCHOR"])
+    DEADLINES = json.loads(os.environ["IQP_DEADLINES"])
+    for query in os.environ["IQP_QUERIES"].split(","):
+        globals()[f"bench_{query}"] = iqp_dag(
+            query=query, dag_id=f"bench_{query}", landing=os.environ["IQP_LANDING"], static=os.environ["IQP_STATIC"],
+            units=int(os.environ["IQP_UNITS"]), window=timedelta(seconds=float(os.environ["IQP_WINDOW_S"])),
+            deadline_offset=timedelta(seconds=float(DEADLINES[query])), backend=os.environ["IQP_BACKEND"],
+            margin=float(os.environ.get("IQP_MARGIN", "10")), deadline_alert=False, retries=0,
+            anchor=ANCHOR, start_date=ANCHOR, end_date=datetime.fromisoformat(os.environ["IQP_END"]))

@@ -1,0 +1,476 @@
+"""Cost against what users would pick instead: Structured Streaming, one big batch, AvailableNow on a schedule.
+
+Every run gets the same units, replayed at the same rate over the same window into a
+fresh landing directory, and runs all of its queries at once (the paper's multi-query
+mode). Runs:
+
+* ``streaming_default``: Spark Structured Streaming, default trigger, one application
+  started at the window's start;
+* ``streaming_10pct``: the same with a processingTime trigger of 10 % of the window;
+* ``one_batch``: ``Trigger.AvailableNow`` once, after the window's end (the landing
+  directory is filled at once and the run starts at what is then the window's end:
+  nothing runs during the window, so there is nothing to wait for);
+* ``availablenow_scheduled``: ``Trigger.AvailableNow`` launched every SLA/3 through the
+  window (with one checkpoint), and once more after its end, SLA being the 1D deadline;
+* ``iqp_<f>D``: this project through Airflow (real scheduler, triggerer, LocalExecutor)
+  with spark-submit, each query's deadline ``f`` times its D after the window's end;
+* ``iqp_connect_<f>D``: the same on a shared Spark Connect server.
+
+D is a query's one-batch cost after the window's end on the same backend, as in the
+paper: its calibrated cost of one batch of all units plus one merge
+(``airflow-iqp calibrate``; the fits are also what the DAGs plan with).
+
+Recorded per run: ``cpu_seconds`` (the Spark applications' whole process trees, by
+rusage; for Airflow runs every task process's own CPU and the children it reaped, plus
+the server's CPU over the run), ``wall_after_window`` (window end to the last result),
+``peak_rss_mb`` (the Spark processes: JVMs and their Python children, the server when
+used; Airflow's own components are not counted), ``deadline_met`` (every query by its
+deadline; baselines against the 1D spark-submit deadline), ``result_correct`` (every
+result equals the DuckDB reference).
+
+    python benchmarks/vs_streaming.py --quick [--json]   # CQ3, SF 0.5, 100 units at 1 unit/s
+    python benchmarks/vs_streaming.py                    # 9 queries, SF 1, 300 units (long)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from airflow_iqp.inputs.profiles import arrival_offsets  # noqa: E402
+from airflow_iqp.inputs.replay import publish_unit, replay, source_units  # noqa: E402
+from airflow_iqp.inputs.tpch import generate  # noqa: E402
+from airflow_iqp.planning.models import cost_model_from_dict, final_agg_from_dict  # noqa: E402
+from airflow_iqp.spark import connect  # noqa: E402
+from airflow_iqp.spark.calibrate import calibrate  # noqa: E402
+from airflow_iqp.spark.queries import get_query  # noqa: E402
+from airflow_iqp.spark.submit import run_submit, submit_args  # noqa: E402
+from airflow_iqp.state import read_cost_history, read_json  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+QUICK = {"queries": ["cq3"], "scale": 0.5, "units": 100,
+         "runs": ["streaming_default", "one_batch", "iqp_1D", "iqp_connect_0.2D"]}
+FULL = {"queries": ["cq1", "cq2", "cq3", "cq4", "q1", "q4", "q6", "q10", "q14"], "scale": 1.0, "units": 300,
+        "runs": ["streaming_default", "streaming_10pct", "one_batch", "availablenow_scheduled", "iqp_1D", "iqp_0.2D",
+                 "iqp_connect_0.2D", "iqp_connect_0.1D"]}
+STREAM_CONF = {"spark.sql.streaming.numRecentProgressUpdates": "100000"}
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class RssSampler:
+    """Peak summed RSS of the Spark processes (every ``java`` process tree), sampled every 0.25 s."""
+
+    def __init__(self, exclude: set[int] = frozenset()):
+        self.exclude, self.peak, self._stop = set(exclude), 0.0, threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        import psutil
+
+        while not self._stop.is_set():
+            total = 0
+            for p in psutil.process_iter(["name", "pid"]):
+                try:
+                    if "java" in (p.info["name"] or "") and p.info["pid"] not in self.exclude:
+                        total += sum(q.memory_info().rss for q in (p, *p.children(recursive=True)))
+                except psutil.Error:
+                    pass
+            self.peak = max(self.peak, total / 2**20)
+            self._stop.wait(0.25)
+
+    def __enter__(self):
+        self._t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._t.join()
+
+
+# ------------------------------------------------------------------------------------------ results
+
+
+def check_results(out_of: dict, refs: dict) -> dict:
+    """{query: bool}: each result directory's rows equal the DuckDB reference."""
+    import pyarrow.parquet as pq
+
+    from tests.reference import assert_same_rows
+
+    ok = {}
+    for q, path in out_of.items():
+        try:
+            t = pq.read_table(str(path))
+            got = [tuple(r.values()) for r in t.to_pylist()]
+            assert_same_rows(got, refs[q], ordered=get_query(q).ordered, label=q)
+            ok[q] = True
+        except Exception as exc:  # noqa: BLE001 - a wrong or missing result is a finding, not a crash
+            say(f"{q}: result differs from the reference: {str(exc)[:300]}")
+            ok[q] = False
+    return ok
+
+
+def summarise(name, cpu, window_end, finished: dict, deadlines: dict, rss, correct: dict, **extra) -> dict:
+    last = max(finished.values()) if finished and len(finished) == len(deadlines) else None
+    return {"run": name, "cpu_seconds": round(cpu, 2),
+            "wall_after_window": None if last is None else round(last - window_end, 2),
+            "peak_rss_mb": round(rss, 1),
+            "deadline_met": bool(last is not None and all(finished.get(q, 1e18) <= d for q, d in deadlines.items())),
+            "result_correct": bool(correct) and all(correct.values()),
+            "per_query": {q: {"after_window": None if q not in finished else round(finished[q] - window_end, 2),
+                              "deadline_after_window": round(deadlines[q] - window_end, 2),
+                              "correct": correct.get(q, False)} for q in deadlines},
+            **extra}
+
+
+# ------------------------------------------------------------------------------------ Spark baselines
+
+
+def app_argv(ctx, run_dir: Path, landing: Path, name: str, *extra: str) -> list[str]:
+    return submit_args(str(ROOT / "benchmarks" / "streaming_app.py"),
+                       ["--queries", ",".join(ctx["queries"]), "--landing", str(landing), "--static", ctx["static"],
+                        "--out", str(run_dir / "out"), "--checkpoint", str(run_dir / "ckpt"), "--name", name, *extra],
+                       conf=STREAM_CONF, name=f"iqp-bench-{name}")
+
+
+def run_app(argv, env) -> dict:
+    res = run_submit(argv, env=env, timeout=7200)
+    if res.returncode != 0:
+        raise RuntimeError(f"{argv[-1]} failed (exit {res.returncode}):\n{res.tail(60)}")
+    return {"cpu": res.cpu_seconds, "wall": res.wall_seconds}
+
+
+def replay_thread(ctx, landing: Path) -> tuple[threading.Thread, float]:
+    offsets = arrival_offsets("fixed", ctx["rate"], ctx["units"], ctx["window"])
+    t0 = time.time()
+    th = threading.Thread(target=replay, args=(ctx["data"] / "units", landing, offsets), daemon=True)
+    th.start()
+    return th, t0
+
+
+def run_streaming(ctx, name: str, trigger: str) -> dict:
+    run_dir = ctx["work"] / name
+    landing = run_dir / "landing"
+    landing.mkdir(parents=True)
+    env = {**os.environ, "IQP_BENCH_SOURCE_UNITS": str(ctx["data"] / "units")}
+    argv = app_argv(ctx, run_dir, landing, name, "--trigger", trigger, "--units", str(ctx["units"]))
+    box = {}
+    with RssSampler(ctx["server_pids"]) as rss:
+        app = threading.Thread(target=lambda: box.update(run_app(argv, env)))
+        th, t0 = replay_thread(ctx, landing)
+        app.start()
+        th.join()
+        app.join()
+    window_end = t0 + ctx["window"]
+    done = read_json(run_dir / "out" / f"{name}.json")
+    correct = check_results({q: run_dir / "out" / q / "result" for q in ctx["queries"]}, ctx["refs"])
+    return summarise(name, box["cpu"], window_end, done["finished"], _deadlines(ctx, window_end, 1.0, "spark-submit"),
+                     rss.peak, correct, app_wall_seconds=round(box["wall"], 2),
+                     note="two-stream queries join inside each micro-batch (foreachBatch)")
+
+
+def run_one_batch(ctx) -> dict:
+    name = "one_batch"
+    run_dir = ctx["work"] / name
+    landing = run_dir / "landing"
+    for u in source_units(ctx["data"] / "units"):
+        publish_unit(u, landing)
+    window_end = time.time()
+    with RssSampler(ctx["server_pids"]) as rss:
+        box = run_app(app_argv(ctx, run_dir, landing, name, "--available-now", "--final"), dict(os.environ))
+    done = read_json(run_dir / "out" / f"{name}.json")
+    correct = check_results({q: run_dir / "out" / q / "result" for q in ctx["queries"]}, ctx["refs"])
+    return summarise(name, box["cpu"], window_end, done["finished"], _deadlines(ctx, window_end, 1.0, "spark-submit"),
+                     rss.peak, correct, app_wall_seconds=round(box["wall"], 2))
+
+
+def run_scheduled(ctx) -> dict:
+    name = "availablenow_scheduled"
+    run_dir = ctx["work"] / name
+    landing = run_dir / "landing"
+    landing.mkdir(parents=True)
+    sla = min(ctx["D"]["spark-submit"].values())
+    every = sla / 3
+    cpu, launches = 0.0, 0
+    with RssSampler(ctx["server_pids"]) as rss:
+        th, t0 = replay_thread(ctx, landing)
+        window_end = t0 + ctx["window"]
+        next_at = t0 + every
+        while True:
+            time.sleep(max(0.0, next_at - time.time()))
+            last = time.time() >= window_end
+            if last:
+                th.join()
+            extra = ("--final",) if last else ()
+            cpu += run_app(app_argv(ctx, run_dir, landing, name, "--available-now", *extra), dict(os.environ))["cpu"]
+            launches += 1
+            if last:
+                break
+            next_at = max(next_at + every, time.time())
+            if next_at > window_end:
+                next_at = window_end
+    done = read_json(run_dir / "out" / f"{name}.json")
+    correct = check_results({q: run_dir / "out" / q / "result" for q in ctx["queries"]}, ctx["refs"])
+    return summarise(name, cpu, window_end, done["finished"], _deadlines(ctx, window_end, 1.0, "spark-submit"),
+                     rss.peak, correct, launches=launches, every_seconds=round(every, 1))
+
+
+# ---------------------------------------------------------------------------------------- Airflow
+
+
+def _deadlines(ctx, window_end: float, frac: float, backend: str) -> dict:
+    return {q: window_end + frac * ctx["D"][backend][q] for q in ctx["queries"]}
+
+
+def run_iqp(ctx, name: str, backend: str, frac: float) -> dict:
+    from airflow_iqp.local_airflow import airflow_env
+
+    run_dir = ctx["work"] / name
+    landing, state = run_dir / "landing", run_dir / "state"
+    landing.mkdir(parents=True)
+    state.mkdir(parents=True)
+    shutil.copy2(ctx["history"], state / "cost_history.jsonl")  # the calibrated fits
+    offsets = {q: frac * ctx["D"][backend][q] for q in ctx["queries"]}
+    anchor = (int(time.time()) // 5) * 5 + 60  # the window opens once Airflow is up
+    iso = lambda ts: datetime.fromtimestamp(ts, timezone.utc).isoformat()  # noqa: E731
+    env = {"IQP_QUERIES": ",".join(ctx["queries"]), "IQP_BACKEND": backend, "IQP_LANDING": str(landing),
+           "IQP_STATIC": ctx["static"], "IQP_UNITS": str(ctx["units"]), "IQP_WINDOW_S": str(ctx["window"]),
+           "IQP_ANCHOR": iso(anchor), "IQP_END": iso(anchor + 1), "IQP_DEADLINES": json.dumps(offsets),
+           "IQP_MARGIN": str(ctx["margin"][backend]),
+           "AIRFLOW__IQP__STATE_DIR": str(state), "AIRFLOW__IQP__POLL_INTERVAL": "0.5",
+           "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
+           "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps(
+               {"conn_type": "spark_connect", "host": "127.0.0.1", "port": ctx["port"]})}
+    dag_ids = [f"bench_{q}" for q in ctx["queries"]]
+    server = ctx["server"] if backend == "spark-connect" else None
+    exclude = set() if server else ctx["server_pids"]
+    with airflow_env(ROOT / "benchmarks" / "dags", extra_env=env,
+                     config={"CORE__PARALLELISM": "32", "SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2"}) as af:
+        for d in dag_ids:
+            af.wait_for_dag(d)
+            af.unpause(d)
+        time.sleep(max(0.0, anchor - time.time()))
+        server_cpu0 = connect.server_cpu_seconds(server["pid"]) if server else 0.0
+        with RssSampler(exclude) as rss:
+            offs = arrival_offsets("fixed", ctx["rate"], ctx["units"], ctx["window"])
+            th = threading.Thread(target=replay, args=(ctx["data"] / "units", landing, offs), daemon=True)
+            th.start()
+            window_end = anchor + ctx["window"]
+            runs = {}
+            for d in dag_ids:
+                runs[d] = _window_run(af, d, anchor)
+            failed = {}
+            for d, run_id in runs.items():
+                run = af.wait_for_run(d, run_id, timeout=ctx["window"] + 3600, expect_success=False)
+                if run["state"] != "success":
+                    failed[d] = af._ti_summary(d, run_id)
+                    for ti in af.task_instances(d, run_id):
+                        if ti["state"] == "failed":
+                            log = af.task_log(d, run_id, ti["task_id"], max(1, ti.get("try_number") or 1),
+                                              ti["map_index"])
+                            failed[d] += "\n" + log[-3000:]
+                    say(f"{d} {run['state']}: {failed[d][-3000:]}")
+            th.join()
+        server_cpu = (connect.server_cpu_seconds(server["pid"]) - server_cpu0) if server else 0.0
+    finished, task_cpu, results, batches = {}, 0.0, {}, {}
+    wid = datetime.fromtimestamp(anchor, timezone.utc).strftime("%Y%m%dT%H%M%S")
+    for q in ctx["queries"]:
+        root = state / q / wid
+        report = read_json(root / "report.json") if (root / "report.json").exists() else None
+        if report:
+            finished[q] = report["finished_ts"]
+            task_cpu += report["task_cpu"]["cpu_seconds"]
+            results[q] = report["result"]
+            batches[q] = [b["claimed_units"] for b in report["batches"]]
+    correct = check_results(results, ctx["refs"])
+    deadlines = {q: window_end + offsets[q] for q in ctx["queries"]}
+    return summarise(name, task_cpu + server_cpu, window_end, finished, deadlines, rss.peak, correct,
+                     task_cpu_seconds=round(task_cpu, 2), server_cpu_seconds=round(server_cpu, 2), batches=batches,
+                     **({"failed": failed} if failed else {}))
+
+
+def _window_run(af, dag_id: str, start: float, timeout: float = 180) -> str:
+    end = time.time() + timeout
+    while time.time() < end:
+        for r in af.dag_runs(dag_id):
+            s = r.get("data_interval_start")
+            if s and datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp() == start:
+                return r["dag_run_id"]
+        time.sleep(1)
+    raise RuntimeError(f"{dag_id}: no run was created for the window at {start}")
+
+
+# -------------------------------------------------------------------------------------------- main
+
+
+def prepare(ctx) -> None:
+    """Data, references, the server, and each query's calibrated fits on both backends (D)."""
+    from tests.reference import duckdb_reference
+
+    data = ctx["data"]
+    if not (data / "units").is_dir():
+        say(f"generating SF {ctx['scale']} in {ctx['units']} units")
+        generate(ctx["scale"], ctx["units"], data, overwrite=True)
+    units = source_units(data / "units")
+    ctx["static"] = str(data / "static")
+    ctx["refs"] = {q: duckdb_reference(q, units, data / "static")[1] for q in ctx["queries"]}
+    t0 = time.perf_counter()
+    ctx["server"] = connect.start_server(ctx["port"], base=ctx["work"] / "connect")
+    ctx["server_startup_seconds"] = round(time.perf_counter() - t0, 1)
+    ctx["server_pids"] = {ctx["server"]["pid"]}
+    say(f"Spark Connect server up in {ctx['server_startup_seconds']} s")
+    hist = ctx["work"] / "calibration"
+    n = ctx["units"]
+    for q in ctx["queries"]:
+        calibrate(q, data, backend="submit", state_dir=hist, sizes=[1, n - 1], final_counts=[1, 2])
+        calibrate(q, data, backend="connect", state_dir=hist, url=ctx["server"]["url"],
+                  server_pid=ctx["server"]["pid"])
+    ctx["history"] = hist / "cost_history.jsonl"
+    ctx["D"], ctx["overhead"] = {}, {}
+    for backend in ("spark-submit", "spark-connect"):
+        ctx["D"][backend], ctx["overhead"][backend] = {}, {}
+        for q in ctx["queries"]:
+            fit = read_cost_history(hist, q, "fit", backend)[-1]
+            cost, agg = cost_model_from_dict(fit["cost"]), final_agg_from_dict(fit["final_agg"])
+            ctx["D"][backend][q] = cost.cost(n) + agg.cost(1)
+            ctx["overhead"][backend][q] = fit["overhead_seconds"]
+    say(f"D: {json.dumps({b: {q: round(v, 1) for q, v in d.items()} for b, d in ctx['D'].items()})}")
+
+
+def markdown(report: dict) -> str:
+    meta, runs = report["meta"], report["runs"]
+    base = runs.get("one_batch", {}).get("cpu_seconds")
+    lines = [f"# Against Structured Streaming and one big batch ({'quick' if meta['quick'] else 'full'})", "",
+             f"{', '.join(meta['queries'])} on SF {meta['scale']} in {meta['units']} units at {meta['rate']} unit/s "
+             f"(a {meta['window']:.0f} s window), all queries of a run at once, on {meta['machine']}. "
+             f"D (s, one batch after the window, calibrated): spark-submit "
+             f"{', '.join(f'{q} {v:.1f}' for q, v in meta['D']['spark-submit'].items())}; Spark Connect "
+             f"{', '.join(f'{q} {v:.1f}' for q, v in meta['D']['spark-connect'].items())}. "
+             f"Spark Connect per-batch overhead (calibrated): "
+             f"{', '.join(f'{q} {v:.2f} s' for q, v in meta['overhead']['spark-connect'].items())}; "
+             f"server start-up {meta['server_startup_seconds']} s, paid once per deployment and not counted below.",
+             "", "| run | CPU s | x one_batch | wall after window s | peak RSS MB | deadline met | correct |",
+             "|---|---:|---:|---:|---:|---|---|"]
+    for name, r in runs.items():
+        if "error" in r:
+            lines.append(f"| {name} | error: {r['error'][:80]} | | | | | |")
+            continue
+        x = f"{r['cpu_seconds'] / base:.2f}" if base else "-"
+        lines.append(f"| {name} | {r['cpu_seconds']:.1f} | {x} | {r['wall_after_window']} | {r['peak_rss_mb']:.0f} "
+                     f"| {'yes' if r['deadline_met'] else 'no'} | {'yes' if r['result_correct'] else 'no'} |")
+    lines += ["", "Deadlines: `iqp_*` runs, each query's own (f x D after the window's end); the other runs, the "
+              "1D spark-submit deadline. Streaming runs of join queries join inside each micro-batch (foreachBatch)."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = {k: v for k, v in report["runs"].items() if "error" not in v}
+    base = runs["one_batch"]
+    names = list(runs)
+    metrics = [("cpu_seconds", "CPU"), ("peak_rss_mb", "peak RSS")]
+    fig, ax = plt.subplots(figsize=(max(7, 1.1 * len(names)), 4))
+    w = 0.38
+    for i, (key, label) in enumerate(metrics):
+        ax.bar([j + (i - 0.5) * w for j in range(len(names))], [runs[n][key] / base[key] for n in names], w,
+               label=label)
+    for j, n in enumerate(names):
+        if not runs[n]["deadline_met"]:
+            ax.annotate("missed", (j, 0.05), ha="center", rotation=90, color="red", fontsize=8)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xticks(range(len(names)), names, rotation=30, ha="right")
+    ax.set_ylabel("relative to one_batch")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="CQ3, SF 0.5, 100 units, 4 runs (under 15 minutes)")
+    p.add_argument("--json", action="store_true", help="print one JSON object keyed by run name")
+    p.add_argument("--queries", help="override the queries (comma-separated)")
+    p.add_argument("--runs", help="override the runs (comma-separated)")
+    p.add_argument("--scale", type=float)
+    p.add_argument("--units", type=int)
+    p.add_argument("--rate", type=float, default=1.0, help="units per second (default 1)")
+    p.add_argument("--port", type=int, default=15012, help="port of the benchmark's Spark Connect server")
+    p.add_argument("--name", help="result file stem under benchmarks/results/")
+    args = p.parse_args(argv)
+    preset = QUICK if args.quick else FULL
+    ctx = {"queries": args.queries.split(",") if args.queries else preset["queries"],
+           "scale": args.scale or preset["scale"], "units": args.units or preset["units"], "rate": args.rate,
+           "port": args.port, "margin": {"spark-submit": 10.0, "spark-connect": 2.0}}
+    ctx["window"] = ctx["units"] / ctx["rate"]
+    runs = args.runs.split(",") if args.runs else preset["runs"]
+    ctx["data"] = RESULTS / "tmp" / f"tpch-sf{ctx['scale']}-n{ctx['units']}"
+    ctx["work"] = RESULTS / "tmp" / "vs_streaming"
+    shutil.rmtree(ctx["work"], ignore_errors=True)
+    ctx["work"].mkdir(parents=True)
+    started = time.time()
+    out: dict = {}
+    try:
+        prepare(ctx)
+        for name in runs:
+            say(f"run {name}")
+            try:
+                if name == "streaming_default":
+                    out[name] = run_streaming(ctx, name, "default")
+                elif name == "streaming_10pct":
+                    out[name] = run_streaming(ctx, name, str(0.1 * ctx["window"]))
+                elif name == "one_batch":
+                    out[name] = run_one_batch(ctx)
+                elif name == "availablenow_scheduled":
+                    out[name] = run_scheduled(ctx)
+                elif name.startswith("iqp_"):
+                    backend = "spark-connect" if name.startswith("iqp_connect_") else "spark-submit"
+                    out[name] = run_iqp(ctx, name, backend, float(name.rsplit("_", 1)[1].rstrip("D")))
+                else:
+                    raise SystemExit(f"unknown run {name!r}")
+            except Exception as exc:  # noqa: BLE001 - record and go on with the other runs
+                say(f"{name} failed: {exc}")
+                out[name] = {"run": name, "error": str(exc)[-2000:]}
+            say(f"{name}: {json.dumps({k: v for k, v in out[name].items() if k != 'per_query'})[:400]}")
+    finally:
+        if ctx.get("server"):
+            connect.stop_server(ctx["port"], base=ctx["work"] / "connect")
+    meta = {k: ctx[k] for k in ("queries", "scale", "units", "rate", "window", "D", "overhead",
+                                "server_startup_seconds")}
+    meta.update(quick=args.quick, elapsed_seconds=round(time.time() - started, 1),
+                machine=f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cores)")
+    report = {"meta": meta, "runs": out}
+    stem = args.name or ("vs_streaming_quick" if args.quick else "vs_streaming")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / f"{stem}.md").write_text(markdown(report))
+    if "one_batch" in out and "error" not in out["one_batch"]:
+        plot(report, RESULTS / f"{stem}.png")
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
