@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +119,12 @@ def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
     (``airflow-iqp calibrate``: end-to-end seconds, the backend's per-batch start-up
     included); a fit to this backend's measured batches and merges; the configured hints.
     """
+    cost, agg, source = _cost_models(cfg)
+    # The final task runs even after a single batch, so one batch pays a merge too.
+    return cost, replace(agg, merge_single=True), source
+
+
+def _cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
     fits = read_cost_history(cfg.state_dir, cfg.query, "fit", cfg.backend)
     if fits:
         fit = fits[-1]

@@ -268,20 +268,26 @@ class FinalAggCost(Protocol):
 
 @dataclass(frozen=True)
 class LinearFinalAgg:
-    """``base + per_batch * k`` seconds for ``k > 1`` partials; a single batch needs no merge."""
+    """``base + per_batch * k`` seconds for ``k > 1`` partials; a single batch needs no merge.
+
+    With ``merge_single`` a single batch is merged too (``k = 1`` costs ``base + per_batch``):
+    a system whose final step always runs, as this provider's does.
+    """
 
     base: float = 0.0
     per_batch: float = 0.0
+    merge_single: bool = False
 
     def __post_init__(self):
         _finite_nonneg(self.base, "final_agg.base")
         _finite_nonneg(self.per_batch, "final_agg.per_batch")
 
     def cost(self, k: int) -> float:
-        return 0.0 if k <= 1 else self.base + self.per_batch * k
+        return 0.0 if k < (1 if self.merge_single else 2) else self.base + self.per_batch * k
 
     def to_dict(self) -> dict:
-        return {"kind": "linear", "base": self.base, "per_batch": self.per_batch}
+        d = {"kind": "linear", "base": self.base, "per_batch": self.per_batch}
+        return {**d, "merge_single": True} if self.merge_single else d
 
 
 @dataclass(frozen=True)
@@ -289,10 +295,12 @@ class PiecewiseLinearFinalAgg:
     """Seconds to merge ``k`` partials, linear between ``(batches, seconds)`` points.
 
     Held constant below the first point and extended along the last piece above the
-    last one. Zero for ``k <= 1``.
+    last one. Zero for ``k <= 1``, unless ``merge_single`` (the final step runs even for a
+    single batch; ``k = 1`` then costs the curve's value).
     """
 
     points: tuple[tuple[float, float], ...]
+    merge_single: bool = False
 
     def __post_init__(self):
         pts = _check_points(self.points, "final_agg.points", x_name="batches", y_name="seconds",
@@ -301,7 +309,7 @@ class PiecewiseLinearFinalAgg:
         object.__setattr__(self, "_xs", [p[0] for p in pts])
 
     def cost(self, k: int) -> float:
-        if k <= 1:
+        if k < (1 if self.merge_single else 2):
             return 0.0
         pts = self.points
         if len(pts) == 1 or k <= pts[0][0]:
@@ -311,7 +319,8 @@ class PiecewiseLinearFinalAgg:
         return y0 + (y1 - y0) * (k - x0) / (x1 - x0)
 
     def to_dict(self) -> dict:
-        return {"kind": "piecewise_linear", "points": [list(p) for p in self.points]}
+        d = {"kind": "piecewise_linear", "points": [list(p) for p in self.points]}
+        return {**d, "merge_single": True} if self.merge_single else d
 
 
 
@@ -457,10 +466,15 @@ def final_agg_from_dict(d: dict | None, where: str = "final_agg") -> FinalAggCos
     if d is None:
         return NO_FINAL_AGG
     kind = _kind(d, where, ("linear", "piecewise_linear"))
+    single = d.get("merge_single", False)
+    if not isinstance(single, bool):
+        raise ConfigError(f"must be true or false, got {single!r}", f"{where}.merge_single")
     if kind == "linear":
         return _rebrand(where, "final_agg", lambda: LinearFinalAgg(
-            base=_num(d, "base", where, default=0.0), per_batch=_num(d, "per_batch", where, default=0.0)))
-    return _rebrand(where, "final_agg", lambda: PiecewiseLinearFinalAgg(_pairs(d, "points", where)))
+            base=_num(d, "base", where, default=0.0), per_batch=_num(d, "per_batch", where, default=0.0),
+            merge_single=single))
+    return _rebrand(where, "final_agg", lambda: PiecewiseLinearFinalAgg(_pairs(d, "points", where),
+                                                                       merge_single=single))
 
 
 def arrival_from_dict(d: dict, start: float = 0.0, where: str = "arrival") -> ArrivalModel:

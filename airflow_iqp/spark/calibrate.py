@@ -205,7 +205,7 @@ def calibrate(query_id: str, data: str | os.PathLike, *, backend: str = "submit"
         runner.close()
     cost = fit_piecewise_linear([(r["units"], r["wall_seconds"]) for r in batches], max_pieces=4)
     agg = PiecewiseLinearFinalAgg(fit_piecewise_linear([(r["batches"], r["wall_seconds"]) for r in finals],
-                                                       max_pieces=3).points)
+                                                       max_pieces=3).points, merge_single=True)
     now = time.time()
     for r in batches:
         append_cost_history(state_dir, query=query.id, kind="batch", units=r["units"], batches=1,

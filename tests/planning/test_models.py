@@ -130,3 +130,19 @@ def test_plan_json_round_trip():
     plan = plan_batches(FixedRate(1.0, 10, 1.0), LinearCost(0.5), LinearFinalAgg(), 10.0, 11.0)
     again = Plan.from_json(plan.to_json())
     assert again == plan and again.sizes == [4, 4, 2]
+
+
+def test_merge_single_charges_the_final_step_after_one_batch():
+    from airflow_iqp.planning.models import LinearFinalAgg, PiecewiseLinearFinalAgg, final_agg_from_dict
+
+    paper = LinearFinalAgg(base=2.0, per_batch=0.5)
+    always = LinearFinalAgg(base=2.0, per_batch=0.5, merge_single=True)
+    assert paper.cost(1) == 0.0 and always.cost(1) == 2.5 and always.cost(0) == 0.0
+    assert paper.cost(3) == always.cost(3) == 3.5
+    pw = PiecewiseLinearFinalAgg(((1, 9.0), (4, 10.0)), merge_single=True)
+    assert pw.cost(1) == 9.0 and pw.cost(0) == 0.0 and PiecewiseLinearFinalAgg(pw.points).cost(1) == 0.0
+    for m in (always, pw):
+        assert final_agg_from_dict(m.to_dict()) == m
+    assert "merge_single" not in paper.to_dict()
+    with pytest.raises(ConfigError, match="final_agg.merge_single"):
+        final_agg_from_dict({"kind": "linear", "base": 1, "merge_single": "yes"})

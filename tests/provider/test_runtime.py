@@ -140,3 +140,16 @@ def test_dynamic_mode_maps_minbatches_then_spares_that_skip(tmp_path):
     for e in entries:
         m = claim_batch(e)
         assert bool(m["units"]) == (not e.get("spare"))
+
+
+def test_a_single_batch_pays_the_final_step_too(tmp_path):
+    """The provider's final task runs even after one batch; the plan must budget for it."""
+    from airflow_iqp.runtime import cost_models
+
+    c = cfg(tmp_path, final_agg_hint={"kind": "linear", "base": 20.0, "per_batch": 0.5})
+    _cost, agg, _source = cost_models(c)
+    assert agg.cost(1) == 20.5
+    land(tmp_path / "landing", 240)  # a backfill: all input is there, one batch
+    wp = plan_window(c, START, START + 240, START + 340, now=START + 10_000)
+    assert wp.backfill and len(wp.batches) == 1
+    assert wp.plan.final_agg_cost == 20.5
