@@ -39,7 +39,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import threading
 import time

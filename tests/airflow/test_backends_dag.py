@@ -76,7 +76,7 @@ def test_connect_then_submit_dag_in_one_process(tmp_path):
     (tmp_path / "dags" / "backends.py").write_text(DAG_FILE)
     (tmp_path / "runner.py").write_text(RUNNER)
     port = _free_port()
-    server = start_server(port, base=tmp_path / "connect", driver_memory="1g")
+    start_server(port, base=tmp_path / "connect", driver_memory="1g")
     try:
         env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "home"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags"), "T_DATA": str(data),

@@ -1,7 +1,6 @@
 """The provider's window logic (airflow_iqp.runtime), on real files, without Airflow processes."""
 
 import os
-import time
 
 import pytest
 

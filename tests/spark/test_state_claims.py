@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import os
-from pathlib import Path
 
 import pytest
 
