@@ -54,7 +54,7 @@ TERMINAL_RUN_STATES = frozenset({"success", "failed"})
 _CACHE_DIR = Path(tempfile.gettempdir()) / "airflow_iqp_harness_cache"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -130,8 +130,8 @@ def build_config(home: Path, dags_folder: Path, api_port: int, extra: Mapping[st
         "TRIGGERER__CAPACITY": "100",
         "TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "30",
         # Distinct log-server ports so parallel harnesses on one machine do not collide.
-        "LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
-        "LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
+        "LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+        "LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
         "LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
         "LOGGING__DAG_PROCESSOR_CHILD_PROCESS_LOG_DIRECTORY": str(home / "logs" / "dag_processor"),
         "LOGGING__COLORED_CONSOLE_LOG": "False",
@@ -489,7 +489,7 @@ def airflow_env(
     home_path = Path(home).resolve()
     home_path.mkdir(parents=True, exist_ok=True)
     (home_path / "process_logs").mkdir(exist_ok=True)
-    api_port = _free_port()
+    api_port = free_port()
     cfg = build_config(home_path, Path(dags_folder).resolve(), api_port, config)
     env = _child_env(home_path, cfg)
     env.update(extra_env or {})

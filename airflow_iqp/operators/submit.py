@@ -81,8 +81,9 @@ class _IQPSparkSubmit(SparkSubmitOperator):
             os.environ.pop(var)
         # The hook runs "spark-submit" from PATH; a worker started without the venv activated
         # has pyspark's one beside its interpreter only.
-        if shutil.which("spark-submit") is None:
-            os.environ["PATH"] = os.pathsep.join([os.path.dirname(spark_submit_binary()), os.environ.get("PATH", "")])
+        binary = spark_submit_binary()
+        if os.path.isabs(binary) and shutil.which("spark-submit") != binary:
+            os.environ["PATH"] = os.pathsep.join([os.path.dirname(binary), os.environ.get("PATH", "")])
         # Local-mode tuning only for a local master, read from the connection (as submit_spec does).
         master = SparkSubmitHook(conn_id=self._conn_id)._connection["master"]
         self.conf = submit_spec(self.application, master=master, conf=self.conf)["conf"]

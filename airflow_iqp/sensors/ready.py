@@ -58,10 +58,9 @@ class BatchReadySensor(BaseSensorOperator):
     def execute_complete(self, context, event: dict | None = None) -> Any:
         return self._claim(as_batch(self.batch), (event or {}).get("reason", "trigger"), context)
 
-    def _claim(self, batch: dict, reason: str, context=None) -> dict:
+    def _claim(self, batch: dict, reason: str, context) -> dict:
         manifest = claim_batch(batch)  # the trigger's claim, re-read; or claimed now
-        if context is not None:
-            record_task_cpu(batch_state(batch).root, context["ti"], "claim")
+        record_task_cpu(batch_state(batch).root, context["ti"], "claim")
         self.log.info("%s: fired on %s, claimed %d units", batch["label"], reason, len(manifest["units"]))
         if not manifest["units"]:
             raise AirflowSkipException(f"{batch['label']}: nothing arrived that no earlier batch claimed")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -24,6 +23,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from tests.reference import assert_same_rows, duckdb_reference  # noqa: E402
+
+from airflow_iqp.local_airflow import free_port  # noqa: E402
 
 pytestmark = pytest.mark.airflow
 
@@ -59,11 +60,6 @@ RUNNER = textwrap.dedent('''
 ''')
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_connect_then_submit_dag_in_one_process(tmp_path):
     from airflow_iqp.inputs.tpch import generate
@@ -75,7 +71,7 @@ def test_connect_then_submit_dag_in_one_process(tmp_path):
     (tmp_path / "dags").mkdir()
     (tmp_path / "dags" / "backends.py").write_text(DAG_FILE)
     (tmp_path / "runner.py").write_text(RUNNER)
-    port = _free_port()
+    port = free_port()
     start_server(port, base=tmp_path / "connect", driver_memory="1g")
     try:
         env = {**os.environ, "AIRFLOW_HOME": str(tmp_path / "home"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

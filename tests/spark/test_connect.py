@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -19,6 +18,7 @@ import pytest
 
 from tests.reference import assert_same_rows, duckdb_reference
 
+from airflow_iqp.local_airflow import free_port
 from airflow_iqp.runtime import QueryConfig, cost_models
 from airflow_iqp.spark.batch_job import execute_batch
 from airflow_iqp.spark.calibrate import calibrate, default_sizes
@@ -33,16 +33,11 @@ from airflow_iqp.state import WindowState, claim_units, read_cost_history, unit_
 pytestmark = pytest.mark.spark
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     base = tmp_path_factory.mktemp("connect")
-    port = _free_port()
+    port = free_port()
     info = start_server(port, base=base, driver_memory="1g")
     yield info
     assert stop_server(port, base=base)
@@ -132,6 +127,6 @@ def test_calibrate_cli_errors_name_the_option(tpch_dir, tmp_path):
     assert bad.returncode == 2 and "finals: need two or more distinct partial counts within 1..3" in bad.stderr
     assert not (tmp_path / "cost_history.jsonl").exists()
     ok = subprocess.run([sys.executable, "-m", "airflow_iqp.cli.main", "connect-server", "status", "--port",
-                         str(_free_port()), "--dir", str(tmp_path / "none")], capture_output=True, text=True,
+                         str(free_port()), "--dir", str(tmp_path / "none")], capture_output=True, text=True,
                         timeout=60)
     assert ok.returncode == 1 and json.loads(ok.stdout)["running"] is False
