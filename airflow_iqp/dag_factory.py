@@ -19,6 +19,13 @@ The DAG: ``plan`` (BatchPlanOperator) -> per batch, a mapped task group ``batch`
 ``backend="spark-connect"``) -> ``final`` (FinalAggregationOperator, or
 FinalConnectOperator). Runs come from a WindowTimetable: one per window, created
 as the window opens.
+
+With ``fuse_tail=True`` the last batch is not a mapped task: ``tail_wait`` (the same
+sensor, deferred, claiming nothing) wakes ``tail_lead`` seconds before the last batch's
+fire time, and ``final`` starts then, opens its session, waits for the last batch's
+input, claims it, and runs the batch and the merge in one job. After the window's end
+only that work is left: no task start, no second job start. The price is one worker
+held for up to ``tail_lead`` seconds (plus the last unit's grace).
 """
 
 from __future__ import annotations
@@ -27,13 +34,13 @@ import datetime as dt
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, task_group
+from airflow.sdk import DAG, XComArg, task_group
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.operators.final import FinalAggregationOperator
 from airflow_iqp.operators.plan import BatchPlanOperator
 from airflow_iqp.operators.submit import BatchSubmitOperator
-from airflow_iqp.runtime import BACKENDS
+from airflow_iqp.runtime import BACKENDS, TAIL_LEAD_S
 from airflow_iqp.sensors.ready import BatchReadySensor
 from airflow_iqp.timetables.window import WindowTimetable
 
@@ -49,7 +56,8 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
             weight_rule: str | None = None, retries: int = 2, deadline_alert: bool = True,
             deadline_callback: Any = None, on_deadline_risk: Any = None, anchor: dt.datetime | None = None,
             start_date: dt.datetime | None = None, catchup: bool = False, tags: tuple[str, ...] = (),
-            spark_conf: dict | None = None, **dag_kwargs) -> DAG:
+            spark_conf: dict | None = None, fuse_tail: bool = False, tail_lead: float | None = None,
+            **dag_kwargs) -> DAG:
     """Build the DAG of one recurring query.
 
     :param query: a query id of the catalogue (``airflow-iqp`` queries: cq1..cq4, q1, q3, ...).
@@ -64,6 +72,11 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
     :param pool: an Airflow pool whose slots are the batches the Spark cluster runs at once.
     :param weight_rule: ``"airflow_iqp.priority.EDFPriority"``, ``...LLFPriority`` or ``...SJFPriority``.
     :param deadline_alert: attach a DeadlineAlert (off for ``airflow dags test``, which crashes on one in 3.3.2).
+    :param mode: ``"plan"`` (Algorithm 1), ``"dynamic"`` (MinBatches) or ``"one_batch"`` (the whole
+        window after its end: the baseline, on the same deployment).
+    :param fuse_tail: run the last batch inside the final task, started ``tail_lead`` seconds early.
+    :param tail_lead: seconds before the last batch's fire time that the final task starts
+        (default ``runtime.TAIL_LEAD_S``; 0 starts it when the last batch is ready).
     """
     from airflow_iqp.deadlines import window_deadline_alert
 
@@ -89,7 +102,7 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
             task_id="plan", query=query, landing=landing, units=units, static=static, state_dir=state_dir,
             rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint, final_agg_hint=final_agg_hint,
             backend=backend, mode=mode, rsf=rsf, c_max=c_max, max_batches=max_batches, margin=margin,
-            on_deadline_risk=on_deadline_risk)
+            on_deadline_risk=on_deadline_risk, fuse_tail=fuse_tail)
         spark = {"pool": pool} if pool else {}
         if weight_rule:
             spark["weight_rule"] = weight_rule
@@ -101,7 +114,11 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
                               retries=retries, retry_delay=dt.timedelta(seconds=5), conf=spark_conf, **spark)
             wait >> submit
 
-        final = final_op(task_id="final", query=query, plan=plan.output, state_dir=state_dir,
+        tail = XComArg(plan, key="tail") if fuse_tail else None
+        final = final_op(task_id="final", query=query, plan=plan.output, tail=tail, state_dir=state_dir,
                          conf=spark_conf, retries=retries, retry_delay=dt.timedelta(seconds=5), **spark)
         batch.expand(entry=plan.output) >> final
+        if fuse_tail:
+            lead = TAIL_LEAD_S if tail_lead is None else tail_lead
+            BatchReadySensor(task_id="tail_wait", batch=tail, lead=lead, claim=False) >> final
     return dag

@@ -46,6 +46,10 @@ def clock(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%H:%M:%S")
 
 
+#: How a window is cut into batches (``QueryConfig.mode``).
+MODES = ("plan", "dynamic", "one_batch")
+
+
 @dataclass(frozen=True)
 class QueryConfig:
     """One recurring query's settings, as a DAG author gives them (see ``iqp_dag``)."""
@@ -61,10 +65,13 @@ class QueryConfig:
     cost_hint: dict = field(default_factory=lambda: {"kind": "linear", "per_unit": 0.1, "per_batch": 20.0})
     final_agg_hint: dict = field(default_factory=lambda: {"kind": "linear", "base": 20.0, "per_batch": 0.5})
     backend: str = "spark-submit"  #: "spark-submit" or "spark-connect" (whose cost history to plan with)
-    mode: str = "plan"           #: "plan" (Algorithm 1) or "dynamic" (MinBatches, section 4)
+    #: "plan" (Algorithm 1), "dynamic" (MinBatches, section 4), or "one_batch" (the whole window
+    #: as one batch after its end: the baseline users compare against, on the same deployment)
+    mode: str = "plan"
     rsf: float = 0.5
     c_max: float | None = None
     max_batches: int = 16        #: dynamic mode maps this many batches at most
+    fuse_tail: bool = False      #: the final task runs the last batch (``iqp_dag(fuse_tail=True)``)
     #: Seconds kept between a batch's input being ready and its latest safe start, for
     #: what the plan does not model: noticing the input (the trigger polls), claiming it,
     #: starting the job. Function 1 leaves every batch but the first no slack at all.
@@ -77,8 +84,8 @@ class QueryConfig:
             raise ConfigError(f"must be 'hint' or 'observed', got {self.arrival!r}", "arrival")
         if self.backend not in BACKENDS:
             raise ConfigError(f"must be one of {', '.join(BACKENDS)}, got {self.backend!r}", "backend")
-        if self.mode not in ("plan", "dynamic"):
-            raise ConfigError(f"must be 'plan' or 'dynamic', got {self.mode!r}", "mode")
+        if self.mode not in MODES:
+            raise ConfigError(f"must be one of {', '.join(MODES)}, got {self.mode!r}", "mode")
         if not self.margin >= 0:
             raise ConfigError(f"must be >= 0 seconds, got {self.margin!r}", "margin")
         if self.rate is not None and not self.rate > 0:
@@ -121,7 +128,14 @@ def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
     """
     cost, agg, source = _cost_models(cfg)
     # The final task runs even after a single batch, so one batch pays a merge too.
-    return cost, replace(agg, merge_single=True), source
+    agg = replace(agg, merge_single=True)
+    if cfg.fuse_tail and cfg.backend == "spark-submit":
+        # The merge runs in the last batch's spark-submit: it does not start a JVM of its own.
+        # (On Spark Connect both run on one open session either way: nothing is shared.)
+        overhead = getattr(cost, "overhead", getattr(cost, "per_batch", 0.0))  # piecewise or linear
+        agg = replace(agg, shared_startup=min(overhead, agg.cost(1)))
+        source += f"; fused tail: the merge shares the last batch's start-up ({agg.shared_startup:.1f} s)"
+    return cost, agg, source
 
 
 def _cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
@@ -201,6 +215,9 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
     elif cfg.mode == "dynamic":
         plan = _minbatch_plan(cfg, arrival, cost, agg, length, rel_deadline)
         models += f"; dynamic: MinBatches for rsf {cfg.rsf}"
+    elif cfg.mode == "one_batch":
+        plan = build_plan([cfg.units], arrival, cost, agg, length, rel_deadline, method="one_batch")
+        models += "; one_batch: the whole window after its end"
     else:
         # Cut the batches against the deadline less the margin, then state their latest
         # starts and feasibility against the true deadline: each batch keeps at least
@@ -295,6 +312,13 @@ def batch_state(batch: dict) -> WindowState:
 #: on time alone: firing a moment before them would leave them late for nothing.
 LAST_UNIT_GRACE_S = 2.0
 
+#: With a fused tail the final task starts this long before the last batch's fire time
+#: (default of ``iqp_dag(tail_lead=...)``): enough for Airflow to start the task and for
+#: it to open its Spark session, so that after the window's end only the work remains.
+TAIL_LEAD_S = 5.0
+#: How often the fused tail's task looks at the landing directory while it waits.
+TAIL_POLL_S = 0.05
+
 
 def fire_at(batch: dict) -> float:
     """When a batch fires on time alone: its latest safe start, and for the last batch not
@@ -304,14 +328,14 @@ def fire_at(batch: dict) -> float:
     return batch["latest_start_ts"]
 
 
-def batch_ready(batch: dict, now: float, arrived: int | None = None) -> str | None:
+def batch_ready(batch: dict, now: float, arrived: int | None = None, early: float = 0.0) -> str | None:
     """Why the batch may start now, or None: the paper's dynamic rule, whichever comes first.
 
     ``"units"``: its planned units have arrived (for the last batch, all of the window's)
     and the batch before it has claimed; ``"time"``: its latest safe start has come
-    (:func:`fire_at`).
+    (:func:`fire_at`), or comes within ``early`` seconds (the fused tail's lead).
     """
-    if now >= fire_at(batch):
+    if now >= fire_at(batch) - early:
         return "time"
     if arrived is None:
         arrived = len(list_ready_units(batch["landing"]))
@@ -322,6 +346,28 @@ def batch_ready(batch: dict, now: float, arrived: int | None = None) -> str | No
         if not batch_state(batch).claim_path(batch["index"] - 1).exists():
             return None
     return "units"
+
+
+def split_tail(entries: list[dict]) -> tuple[list[dict], dict | None]:
+    """(the batches mapped as tasks, the last batch): with a fused tail the final task runs the last one."""
+    return (entries[:-1], entries[-1]) if entries else ([], None)
+
+
+def wait_and_claim_tail(tail: dict, poll: float = TAIL_POLL_S, timeout: float | None = None,
+                        sleep: Any = time.sleep) -> dict:
+    """In the fused tail's task: wait in process until the last batch may start, then claim for it.
+
+    The task started up to its lead before the last batch's fire time (:func:`fire_at`), so
+    what is left to wait is short; it polls the landing directory every ``poll`` seconds
+    (a directory listing). Returns the claim manifest (a retry re-reads the same claim).
+    """
+    end = None if timeout is None else time.time() + timeout
+    if not batch_state(tail).claim_path(tail["index"]).exists():
+        while batch_ready(tail, time.time()) is None:
+            if end is not None and time.time() > end:
+                raise TimeoutError(f"{tail['label']}: not ready after {timeout:.0f} s of waiting in the final task")
+            sleep(poll)
+    return claim_batch(tail)
 
 
 def claim_batch(batch: dict) -> dict:

@@ -33,11 +33,20 @@ def run_batch_in_session(batch: dict, spark=None) -> dict:
                          ws.partial_path(batch["index"]), state_dir=batch["state_dir"])
 
 
-def run_final_in_session(query: str, window_dir: str, spark=None) -> dict:
-    """A window's final aggregation on ``spark`` (the callable of :class:`FinalConnectOperator`)."""
-    from airflow_iqp.spark.final_job import execute_final
+def run_final_in_session(query: str, window_dir: str, tail: dict | None = None, spark=None) -> dict:
+    """A window's final aggregation on ``spark`` (the callable of :class:`FinalConnectOperator`).
 
-    return execute_final(spark, query, window_dir)
+    With a fused tail: warm the session while the last batch's input is still arriving,
+    wait for it, claim it, then run it and the merge.
+    """
+    from airflow_iqp.runtime import wait_and_claim_tail
+    from airflow_iqp.spark.final_job import execute_final, execute_tail
+
+    if not tail:
+        return execute_final(spark, query, window_dir)
+    spark.range(1).collect()  # the session's first query pays its set-up: not after the window's end
+    wait_and_claim_tail(tail)
+    return execute_tail(spark, query, window_dir, tail["index"], tail["static"] or None)
 
 
 class BatchConnectOperator(_BatchTask, PySparkOperator):
@@ -69,20 +78,25 @@ class BatchConnectOperator(_BatchTask, PySparkOperator):
 
 
 class FinalConnectOperator(_FinalTask, PySparkOperator):
-    """Merges a window's partials on a Spark Connect server; same contract as ``FinalAggregationOperator``."""
+    """Merges a window's partials on a Spark Connect server; same contract as ``FinalAggregationOperator``.
 
-    template_fields: Sequence[str] = (*PySparkOperator.template_fields, "plan", "state_dir")
+    With a fused tail (``tail``) it opens and warms its session first, then waits for the
+    last batch's input, claims it, and runs that batch and the merge on the session.
+    """
 
-    def __init__(self, *, query: str, plan: Any, state_dir: str | None = None, conn_id: str | None = None,
-                 **kwargs):
+    template_fields: Sequence[str] = (*PySparkOperator.template_fields, "plan", "tail", "state_dir")
+
+    def __init__(self, *, query: str, plan: Any, tail: Any = None, state_dir: str | None = None,
+                 conn_id: str | None = None, **kwargs):
         kwargs.pop("conf", None)
         super().__init__(python_callable=run_final_in_session, conn_id=conn_id or config.connect_conn_id(),
                          **self._final_defaults(kwargs, query))
-        self._final_init(query, plan, state_dir)
+        self._final_init(query, plan, state_dir, tail)
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
-        self.op_kwargs = {"query": self.query, "window_dir": str(self._window(context).root)}
+        self.op_kwargs = {"query": self.query, "window_dir": str(self._window(context).root),
+                          "tail": as_batch(self.tail) if self.tail else None}
 
     def execute(self, context) -> Any:
         super().execute(context)

@@ -15,7 +15,9 @@ from airflow.sdk import Asset, TriggerRule
 
 from airflow_iqp import config
 from airflow_iqp.operators.submit import _IQPSparkSubmit
-from airflow_iqp.runtime import late_units, record_arrivals, record_task_cpu, window_id, window_task_cpu
+from airflow_iqp.runtime import (
+    as_batch, late_units, record_arrivals, record_task_cpu, wait_and_claim_tail, window_id, window_task_cpu,
+)
 from airflow_iqp.state import WindowState, atomic_write_json, read_claims, read_json
 
 
@@ -33,10 +35,24 @@ class _FinalTask:
         kwargs.setdefault("outlets", [result_asset(query)])
         return kwargs
 
-    def _final_init(self, query: str, plan: Any, state_dir: str | None) -> None:
+    def _final_init(self, query: str, plan: Any, state_dir: str | None, tail: Any = None) -> None:
         self.query = query
         self.plan = plan
+        self.tail = tail
         self.state_dir = state_dir or config.state_dir()
+
+    def _batches(self) -> list[dict]:
+        """Every batch of the window: the mapped ones, and the fused tail's."""
+        return list(self.plan or []) + ([as_batch(self.tail)] if self.tail else [])
+
+    def _claim_tail(self) -> dict | None:
+        """With a fused tail: wait in this task until the last batch may start, and claim for it."""
+        if not self.tail:
+            return None
+        tail = as_batch(self.tail)
+        manifest = wait_and_claim_tail(tail)
+        self.log.info("%s: claimed %d units in the final task", tail["label"], len(manifest["units"]))
+        return tail
 
     def _window(self, context) -> WindowState:
         start = context["data_interval_start"].timestamp()
@@ -44,7 +60,7 @@ class _FinalTask:
 
     def _after_final(self, context, ws: WindowState) -> dict:
         start = context["data_interval_start"].timestamp()
-        batches = list(self.plan or [])
+        batches = self._batches()
         finished = time.time()
         manifest = read_json(ws.result_manifest)
         cfg = batches[0] if batches else {"state_dir": self.state_dir, "query": self.query, "landing": ""}
@@ -99,23 +115,31 @@ class FinalAggregationOperator(_FinalTask, _IQPSparkSubmit):
     report of planned against actual times; it emits an Asset event for the result and
     returns whether the deadline was met.
 
+    With a fused tail (``tail``, the plan's last batch) the task first waits for that
+    batch's input, claims it, and runs it and the merge in one spark-submit.
+
     :param query: query id of the catalogue.
-    :param plan: the plan task's output (all batch entries).
+    :param plan: the plan task's output (the mapped batch entries).
+    :param tail: the last batch's entry when the final task runs it (a fused tail).
     :param state_dir: the state directory (default ``[iqp] state_dir``).
     """
 
-    template_fields: Sequence[str] = (*_IQPSparkSubmit.template_fields, "plan", "state_dir")
+    template_fields: Sequence[str] = (*_IQPSparkSubmit.template_fields, "plan", "tail", "state_dir")
 
-    def __init__(self, *, query: str, plan: Any, state_dir: str | None = None, **kwargs):
+    def __init__(self, *, query: str, plan: Any, tail: Any = None, state_dir: str | None = None, **kwargs):
         kwargs.setdefault("conn_id", config.get("spark_conn_id"))
         kwargs.setdefault("name", f"iqp-final-{query}")
         super().__init__(**self._final_defaults(kwargs, query))
-        self._final_init(query, plan, state_dir)
+        self._final_init(query, plan, state_dir, tail)
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
         self._prepare("final", [self.query, str(self._window(context).root)])
 
     def execute(self, context) -> Any:
+        tail = self._claim_tail()
+        if tail is not None:
+            self.application_args = [*self.application_args, "--tail-batch", str(tail["index"]),
+                                     "--static", tail["static"] or ""]
         super().execute(context)
         return self._after_final(context, self._window(context))

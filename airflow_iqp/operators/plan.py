@@ -10,7 +10,9 @@ from airflow.sdk import BaseOperator
 from airflow_iqp import config
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.notifications.deadline import DeadlineRiskNotifier
-from airflow_iqp.runtime import QueryConfig, format_window_plan, plan_window, record_task_cpu, store_plan
+from airflow_iqp.runtime import (
+    QueryConfig, format_window_plan, plan_window, record_task_cpu, split_tail, store_plan,
+)
 from airflow_iqp.state import WindowState
 
 
@@ -25,7 +27,8 @@ class BatchPlanOperator(BaseOperator):
     window's input is already complete (a backfill) it plans one batch.
 
     It logs the plan as a table, stores it as ``STATE/<query>/<window>/plan.json`` and as
-    the XCom ``plan``, and returns one entry per batch for mapping. If the deadline
+    the XCom ``plan``, and returns one entry per batch for mapping. With ``fuse_tail`` the
+    last batch is not mapped: it goes to the XCom ``tail``, for the final task to run. If the deadline
     cannot be met it warns through ``on_deadline_risk`` (default
     :class:`DeadlineRiskNotifier`: a log line and ``deadline_risk.json``) and returns the
     best-effort plan, the one that finishes earliest.
@@ -39,13 +42,15 @@ class BatchPlanOperator(BaseOperator):
                  arrival: str = "hint", cost_hint: dict | None = None, final_agg_hint: dict | None = None,
                  backend: str = "spark-submit", mode: str = "plan", rsf: float = 0.5, c_max: float | None = None,
                  max_batches: int = 16, margin: float | None = None, deadline_offset: dt.timedelta | None = None,
-                 on_deadline_risk: Any = None, **kwargs):
+                 on_deadline_risk: Any = None, fuse_tail: bool = False, **kwargs):
         super().__init__(**kwargs)
+        self.fuse_tail = fuse_tail
         self.query, self.landing, self.units, self.static = query, landing, units, static
         self.state_dir = state_dir or config.state_dir()
         self.options = {k: v for k, v in dict(rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint,
                                                final_agg_hint=final_agg_hint, backend=backend, mode=mode, rsf=rsf,
-                                               c_max=c_max, max_batches=max_batches, margin=margin).items()
+                                               c_max=c_max, max_batches=max_batches, margin=margin,
+                                               fuse_tail=fuse_tail).items()
                         if v is not None}
         self.deadline_offset = deadline_offset
         self.on_deadline_risk = on_deadline_risk or DeadlineRiskNotifier()
@@ -76,4 +81,8 @@ class BatchPlanOperator(BaseOperator):
             self.on_deadline_risk(context)
         record_task_cpu(path.parent, context["ti"])
         self.log.info("plan stored in %s: %d batches", path, len(wp.batches))
-        return wp.batches
+        if not self.fuse_tail:
+            return wp.batches
+        mapped, tail = split_tail(wp.batches)
+        context["ti"].xcom_push(key="tail", value=tail)
+        return mapped

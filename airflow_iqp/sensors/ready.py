@@ -9,6 +9,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_iqp import config
+from airflow_iqp.errors import ConfigError
 from airflow_iqp.runtime import as_batch, batch_ready, batch_state, claim_batch, record_task_cpu
 from airflow_iqp.triggers.ready import BatchReadyTrigger
 
@@ -26,39 +27,56 @@ class BatchReadySensor(BaseSensorOperator):
     the landing directory that no batch has claimed, and returns the claim manifest. A
     retry re-reads the same claim. With nothing to claim, the batch is skipped.
 
+    With ``claim=False`` (the wait before a fused tail's final task) it claims nothing and
+    fires ``lead`` seconds before the batch's fire time, or when its input is ready.
+
     :param batch: one entry of the plan task's output (mapped).
     :param poll_interval: seconds between checks of the landing directory.
+    :param lead: fire this many seconds before the batch's fire time (only with ``claim=False``).
+    :param claim: claim the batch's input when it fires (the default).
     """
 
     template_fields: Sequence[str] = ("batch",)
     ui_color = "#e8f0fe"
 
-    def __init__(self, *, batch: Any, poll_interval: float | None = None, deferrable: bool = True, **kwargs):
+    def __init__(self, *, batch: Any, poll_interval: float | None = None, deferrable: bool = True,
+                 lead: float = 0.0, claim: bool = True, **kwargs):
         kwargs.setdefault("mode", "reschedule")
         super().__init__(**kwargs)
+        if lead and claim:
+            raise ConfigError("a sensor that claims fires at the batch's own time; use lead only with claim=False",
+                              "lead")
+        if not lead >= 0:
+            raise ConfigError(f"must be >= 0 seconds, got {lead!r}", "lead")
         self.batch = batch
         self.poll_interval = poll_interval
         self.deferrable = deferrable
+        self.lead = float(lead)
+        self.claim = claim
 
     def poke(self, context) -> bool:
-        return batch_ready(as_batch(self.batch), time.time()) is not None
+        return batch_ready(as_batch(self.batch), time.time(), early=self.lead) is not None
 
     def execute(self, context) -> Any:
         batch = as_batch(self.batch)
-        reason = batch_ready(batch, time.time())
+        reason = batch_ready(batch, time.time(), early=self.lead)
         if reason:
             return self._claim(batch, reason, context)
         if not self.deferrable:
             super().execute(context)
             return self._claim(batch, "poke", context)
         record_task_cpu(batch_state(batch).root, context["ti"], "defer")
-        self.defer(trigger=BatchReadyTrigger(batch, self.poll_interval or config.poll_interval()),
-                   method_name="execute_complete")
+        self.defer(trigger=BatchReadyTrigger(batch, self.poll_interval or config.poll_interval(), self.lead,
+                                             self.claim), method_name="execute_complete")
 
     def execute_complete(self, context, event: dict | None = None) -> Any:
         return self._claim(as_batch(self.batch), (event or {}).get("reason", "trigger"), context)
 
     def _claim(self, batch: dict, reason: str, context) -> dict:
+        if not self.claim:
+            record_task_cpu(batch_state(batch).root, context["ti"], "fire")
+            self.log.info("%s: fired on %s; its task claims when the input is ready", batch["label"], reason)
+            return {"reason": reason}
         manifest = claim_batch(batch)  # the trigger's claim, re-read; or claimed now
         record_task_cpu(batch_state(batch).root, context["ti"], "claim")
         self.log.info("%s: fired on %s, claimed %d units", batch["label"], reason, len(manifest["units"]))

@@ -1,6 +1,7 @@
 """spark-submit application: the final aggregation of one window.
 
     spark-submit final_job.py QUERY_ID WINDOW_DIR [--expect-units N] [--no-history]
+                              [--tail-batch INDEX --static DIR]
 
 WINDOW_DIR is ``STATE/<query>/<window>``. The job merges every batch's partial
 (``partials/batch-NNNN/``) into ``result/`` (written to a hidden temporary directory and
@@ -8,6 +9,10 @@ renamed into place), then writes ``result.manifest.json`` last: its presence mar
 result complete. Before merging it checks coverage: every claimed batch has a partial,
 and every unit is covered exactly once across the partials (a unit in two partials is an
 error naming both batches).
+
+With ``--tail-batch`` (a fused tail) the same application first runs that batch, the
+window's last, from its claim into its partial, then merges: one Spark application
+after the window's end instead of two.
 
 No Airflow import here: this file runs on a Spark driver.
 """
@@ -97,12 +102,29 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
     return manifest
 
 
+def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch: int | None,
+                 static_dir: str | None, *, history: bool = True) -> dict:
+    """A fused tail: the last batch (if it claimed any input) and the merge, in one session."""
+    from airflow_iqp.spark.batch_job import execute_batch
+    from airflow_iqp.state import WindowState, read_json
+
+    window_dir = Path(window_dir).absolute()
+    if tail_batch is not None:
+        ws = WindowState(window_dir.parents[1], window_dir.parent.name, window_dir.name)
+        claim = ws.claim_path(tail_batch)
+        if claim.is_file() and read_json(claim).get("units"):
+            execute_batch(spark, query_id, claim, static_dir, ws.partial_path(tail_batch), history=history)
+    return execute_final(spark, query_id, window_dir, history=history)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="final_job.py", description=__doc__.split("\n")[0])
     parser.add_argument("query")
     parser.add_argument("window_dir")
     parser.add_argument("--expect-units", type=int)
     parser.add_argument("--no-history", action="store_true")
+    parser.add_argument("--tail-batch", type=int, help="run this batch (the window's last) first, then merge")
+    parser.add_argument("--static", help="the query's static tables (with --tail-batch)")
     args = parser.parse_args(argv)
 
     from airflow_iqp.errors import IQPError
@@ -110,8 +132,12 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = build_session(f"iqp-final-{args.query}-{Path(args.window_dir).name}")
     try:
-        manifest = execute_final(spark, args.query, args.window_dir, expect_units=args.expect_units,
-                                 history=not args.no_history)
+        if args.tail_batch is not None:
+            manifest = execute_tail(spark, args.query, args.window_dir, args.tail_batch, args.static or None,
+                                    history=not args.no_history)
+        else:
+            manifest = execute_final(spark, args.query, args.window_dir, expect_units=args.expect_units,
+                                     history=not args.no_history)
     except IQPError as exc:
         print(f"airflow-iqp final_job: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -2,10 +2,11 @@
 
 One Python process (a child of the test, so that its Airflow home and connections are its
 own) runs the same query's DAG first with ``backend="spark-connect"`` (the Spark
-provider's PySparkOperator on a real Spark Connect server), then with
-``backend="spark-submit"`` (real spark-submit). The Connect session leaves
-SPARK_CONNECT_MODE_ENABLED=1 in that process; the spark-submit DAG must still succeed.
-Both results must equal each other and the DuckDB reference.
+provider's PySparkOperator on a real Spark Connect server), then again with the last
+batch fused into the final task (``fuse_tail=True``), then with ``backend="spark-submit"``
+and a fused tail (real spark-submit: the batch and the merge in one application). The
+Connect session leaves SPARK_CONNECT_MODE_ENABLED=1 in that process; the spark-submit DAG
+must still succeed. All results must equal each other and the DuckDB reference.
 """
 
 from __future__ import annotations
@@ -37,11 +38,12 @@ DAG_FILE = textwrap.dedent('''
     from airflow_iqp.dag_factory import iqp_dag
 
     DATA = os.environ["T_DATA"]
-    for backend in ("spark-connect", "spark-submit"):
-        globals()[backend] = iqp_dag(
-            query="q4", dag_id="t_" + backend.replace("-", "_"), landing=DATA + "/units", static=DATA + "/static",
+    for name, backend, fused in (("connect", "spark-connect", False), ("connect_fused", "spark-connect", True),
+                                 ("submit_fused", "spark-submit", True)):
+        globals()[name] = iqp_dag(
+            query="q4", dag_id="t_" + name, landing=DATA + "/units", static=DATA + "/static",
             units=6, window=dt.timedelta(minutes=2), deadline_offset=dt.timedelta(minutes=2), backend=backend,
-            state_dir=os.environ["T_STATE"] + "/" + backend, deadline_alert=False, retries=0,
+            state_dir=os.environ["T_STATE"] + "/" + name, deadline_alert=False, retries=0, fuse_tail=fused,
             anchor=pendulum.datetime(2026, 1, 1, tz="UTC"))
 ''')
 
@@ -53,9 +55,9 @@ RUNNER = textwrap.dedent('''
     dags = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(dags)
     out = {}
-    for backend in ("spark-connect", "spark-submit"):
-        run = getattr(dags, backend).test(logical_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
-        out[backend] = {"state": str(run.state), "connect_flag": os.environ.get("SPARK_CONNECT_MODE_ENABLED")}
+    for name in ("connect", "connect_fused", "submit_fused"):
+        run = getattr(dags, name).test(logical_date=pendulum.datetime(2026, 1, 1, tz="UTC"))
+        out[name] = {"state": str(run.state), "connect_flag": os.environ.get("SPARK_CONNECT_MODE_ENABLED")}
     print("RESULT " + json.dumps(out))
 ''')
 
@@ -91,29 +93,35 @@ def test_connect_then_submit_dag_in_one_process(tmp_path):
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert lines, (proc.stdout + proc.stderr)[-4000:]
     out = json.loads(lines[-1][len("RESULT "):])
-    assert out["spark-connect"] == {"state": "success", "connect_flag": "1"}, (proc.stdout + proc.stderr)[-4000:]
+    for name in ("connect", "connect_fused"):
+        assert out[name] == {"state": "success", "connect_flag": "1"}, (proc.stdout + proc.stderr)[-4000:]
     # spark-submit ran in the process the Connect session had marked, and the operator removed the mark
-    assert out["spark-submit"] == {"state": "success", "connect_flag": None}, (proc.stdout + proc.stderr)[-4000:]
+    assert out["submit_fused"] == {"state": "success", "connect_flag": None}, (proc.stdout + proc.stderr)[-4000:]
     units = list_ready_units(data / "units")
     _cols, ref = duckdb_reference("q4", units, data / "static")
     results = {}
-    for backend in ("spark-connect", "spark-submit"):
-        (manifest,) = (tmp_path / "state" / backend / "q4").glob("*/result.manifest.json")
+    for name, backend in (("connect", "spark-connect"), ("connect_fused", "spark-connect"),
+                          ("submit_fused", "spark-submit")):
+        (manifest,) = (tmp_path / "state" / name / "q4").glob("*/result.manifest.json")
         m = json.loads(manifest.read_text())
         assert m["backend"] == backend and len(m["units"]) == 6
         report = json.loads((manifest.parent / "report.json").read_text())
         assert report["backend"] == backend and report["partial"] is False
+        # The window's one batch was claimed, run and reported whichever task ran it.
+        assert [(b["index"], b["claimed_units"]) for b in report["batches"]] == [(1, 6)]
+        assert (manifest.parent / "partials" / "batch-0001.metrics.json").is_file()
         # Each task recorded its process's CPU; dag.test() runs them all in one process, so the
         # records are cumulative here. spark-submit work shows as reaped children; Connect has none.
         cpu = {json.loads(p.read_text())["task_id"]: json.loads(p.read_text())
                for p in (manifest.parent / "cpu").glob("*.json")}
-        assert set(cpu) == {"plan", "batch.wait", "batch.submit", "final"}
-        assert report["task_cpu"]["tasks"] == 4 and report["task_cpu"]["cpu_seconds"] > 0
-        submit_children = cpu["batch.submit"]["children_cpu_seconds"] - cpu["batch.wait"]["children_cpu_seconds"]
-        if backend == "spark-submit":
-            assert submit_children > 1.0
-        else:
-            assert submit_children < 0.5
-        results[backend] = [tuple(r.values()) for r in pq.read_table(m["result"]).to_pylist()]
-        assert_same_rows(results[backend], ref, ordered=True, label=f"q4 via {backend}")
-    assert results["spark-connect"] == results["spark-submit"]
+        if name == "connect":
+            assert set(cpu) == {"plan", "batch.wait", "batch.submit", "final"}
+            assert cpu["batch.submit"]["children_cpu_seconds"] - cpu["batch.wait"]["children_cpu_seconds"] < 0.5
+        else:  # the batch ran in the final task: no mapped batch task ran
+            assert set(cpu) == {"plan", "tail_wait", "final"}
+            children = cpu["final"]["children_cpu_seconds"] - cpu["tail_wait"]["children_cpu_seconds"]
+            assert children > 1.0 if backend == "spark-submit" else children < 0.5
+        assert report["task_cpu"]["tasks"] == len(cpu) and report["task_cpu"]["cpu_seconds"] > 0
+        results[name] = [tuple(r.values()) for r in pq.read_table(m["result"]).to_pylist()]
+        assert_same_rows(results[name], ref, ordered=True, label=f"q4 via {name}")
+    assert results["connect"] == results["connect_fused"] == results["submit_fused"]

@@ -146,3 +146,16 @@ def test_merge_single_charges_the_final_step_after_one_batch():
     assert "merge_single" not in paper.to_dict()
     with pytest.raises(ConfigError, match="final_agg.merge_single"):
         final_agg_from_dict({"kind": "linear", "base": 1, "merge_single": "yes"})
+
+
+def test_shared_startup_takes_the_merges_own_start_up_off_and_round_trips():
+    lin = LinearFinalAgg(base=10.0, per_batch=0.5, merge_single=True, shared_startup=9.0)
+    assert lin.cost(1) == pytest.approx(1.5) and lin.cost(4) == pytest.approx(3.0)
+    assert LinearFinalAgg(base=1.0, shared_startup=5.0, merge_single=True).cost(2) == 0.0  # never below zero
+    pw = PiecewiseLinearFinalAgg(((1, 9.0), (4, 10.0)), merge_single=True, shared_startup=8.0)
+    assert pw.cost(1) == pytest.approx(1.0) and pw.cost(4) == pytest.approx(2.0)
+    for agg in (lin, pw):
+        assert final_agg_from_dict(agg.to_dict()) == agg
+    assert "shared_startup" not in LinearFinalAgg(base=1.0).to_dict()
+    with pytest.raises(ConfigError, match="final_agg.shared_startup"):
+        final_agg_from_dict({"kind": "linear", "base": 1, "shared_startup": -1})

@@ -152,3 +152,63 @@ def test_a_single_batch_pays_the_final_step_too(tmp_path):
     wp = plan_window(c, START, START + 240, START + 340, now=START + 10_000)
     assert wp.backfill and len(wp.batches) == 1
     assert wp.plan.final_agg_cost == 20.5
+
+
+def test_one_batch_mode_plans_the_whole_window_after_its_end(tmp_path):
+    wp = plan_window(cfg(tmp_path, mode="one_batch"), START, START + 240, START + 340, now=START)
+    assert [b["units"] for b in wp.batches] == [240] and wp.plan.method == "one_batch"
+    assert wp.batches[0]["ready_ts"] == START + 240 and wp.batches[0]["last"]
+    with pytest.raises(ConfigError, match="mode"):
+        cfg(tmp_path, mode="one-batch")
+
+
+def test_a_fused_tail_plans_its_merge_without_a_second_start_up(tmp_path):
+    """spark-submit: the merge runs in the last batch's JVM, so the plan may leave more for after the end."""
+    from airflow_iqp.runtime import cost_models
+
+    plain = cfg(tmp_path)
+    fused = cfg(tmp_path, fuse_tail=True)
+    _c, agg, _s = cost_models(plain)
+    _c, fagg, source = cost_models(fused)
+    assert agg.cost(3) == 26.5 and fagg.cost(3) == pytest.approx(26.5 - 25) and "fused tail" in source
+    # On Spark Connect nothing is shared: the session is open for both either way.
+    _c, cagg, _s = cost_models(cfg(tmp_path, fuse_tail=True, backend="spark-connect"))
+    assert cagg.cost(3) == 26.5
+    p_plain = plan_window(plain, START, START + 240, START + 310, now=START)
+    p_fused = plan_window(fused, START, START + 240, START + 310, now=START)
+    assert not p_plain.plan.feasible and p_fused.plan.feasible
+    assert p_fused.plan.final_agg_cost == pytest.approx(fagg.cost(len(p_fused.batches)))
+
+
+def test_the_fused_tail_fires_its_lead_early_then_waits_in_process_and_claims(tmp_path):
+    from airflow_iqp.runtime import TAIL_LEAD_S, fire_at, split_tail, wait_and_claim_tail
+
+    c = cfg(tmp_path, units=6)
+    wp = plan_window(c, START, START + 6, START + 200, now=START)
+    mapped, tail = split_tail(wp.batches)
+    assert mapped == wp.batches[:-1] and tail == wp.batches[-1] and tail["last"]
+    assert split_tail([]) == ([], None)
+    t = fire_at(tail)
+    # The tail's wait wakes its lead early; without the lead it is not yet time.
+    assert batch_ready(tail, t - TAIL_LEAD_S, arrived=0, early=TAIL_LEAD_S) == "time"
+    assert batch_ready(tail, t - TAIL_LEAD_S, arrived=0) is None
+    landing = tmp_path / "landing"
+    land(landing, 4)
+    before = {u for b in mapped for u in claim_batch(b)["units"]}  # earlier batches claim what had arrived
+    # The last two units land while the final task waits (each poll is a real sleep's place).
+    polls = []
+
+    def sleep(_s):
+        polls.append(1)
+        if len(polls) == 3:
+            land(landing, 2, first=4)
+
+    manifest = wait_and_claim_tail({**tail, "ready_ts": START + 10_000, "latest_start_ts": START + 10_000},
+                                   sleep=sleep)
+    assert len(polls) == 3 and manifest["units"] == [f"{i:06d}" for i in range(6) if f"{i:06d}" not in before]
+    claims = read_claims(WindowState(c.state_dir, c.query, wp.window_id))
+    every = [u for m in claims.values() for u in m["units"]]
+    assert sorted(every) == [f"{i:06d}" for i in range(6)] and len(every) == len(set(every))
+    # A retry re-reads the claim instead of taking units that landed since.
+    land(landing, 1, first=6)
+    assert wait_and_claim_tail(tail, sleep=sleep) == manifest
