@@ -57,7 +57,7 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
             deadline_callback: Any = None, on_deadline_risk: Any = None, anchor: dt.datetime | None = None,
             start_date: dt.datetime | None = None, catchup: bool = False, tags: tuple[str, ...] = (),
             spark_conf: dict | None = None, fuse_tail: bool = False, tail_lead: float | None = None,
-            **dag_kwargs) -> DAG:
+            dispatch: float | None = None, **dag_kwargs) -> DAG:
     """Build the DAG of one recurring query.
 
     :param query: a query id of the catalogue (``airflow-iqp`` queries: cq1..cq4, q1, q3, ...).
@@ -77,6 +77,8 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
     :param fuse_tail: run the last batch inside the final task, started ``tail_lead`` seconds early.
     :param tail_lead: seconds before the last batch's fire time that the final task starts
         (default ``runtime.TAIL_LEAD_S``; 0 starts it when the last batch is ready).
+    :param dispatch: seconds Airflow takes from a batch's claim to its Spark work (sensor
+        resume, task start, session), added to every planned batch (default 0).
     """
     from airflow_iqp.deadlines import window_deadline_alert
 
@@ -102,7 +104,7 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
             task_id="plan", query=query, landing=landing, units=units, static=static, state_dir=state_dir,
             rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint, final_agg_hint=final_agg_hint,
             backend=backend, mode=mode, rsf=rsf, c_max=c_max, max_batches=max_batches, margin=margin,
-            on_deadline_risk=on_deadline_risk, fuse_tail=fuse_tail)
+            on_deadline_risk=on_deadline_risk, fuse_tail=fuse_tail, dispatch=dispatch)
         spark = {"pool": pool} if pool else {}
         if weight_rule:
             spark["weight_rule"] = weight_rule

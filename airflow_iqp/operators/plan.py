@@ -42,7 +42,8 @@ class BatchPlanOperator(BaseOperator):
                  arrival: str = "hint", cost_hint: dict | None = None, final_agg_hint: dict | None = None,
                  backend: str = "spark-submit", mode: str = "plan", rsf: float = 0.5, c_max: float | None = None,
                  max_batches: int = 16, margin: float | None = None, deadline_offset: dt.timedelta | None = None,
-                 on_deadline_risk: Any = None, fuse_tail: bool = False, **kwargs):
+                 on_deadline_risk: Any = None, fuse_tail: bool = False, dispatch: float | None = None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.fuse_tail = fuse_tail
         self.query, self.landing, self.units, self.static = query, landing, units, static
@@ -50,7 +51,7 @@ class BatchPlanOperator(BaseOperator):
         self.options = {k: v for k, v in dict(rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint,
                                                final_agg_hint=final_agg_hint, backend=backend, mode=mode, rsf=rsf,
                                                c_max=c_max, max_batches=max_batches, margin=margin,
-                                               fuse_tail=fuse_tail).items()
+                                               fuse_tail=fuse_tail, dispatch=dispatch).items()
                         if v is not None}
         self.deadline_offset = deadline_offset
         self.on_deadline_risk = on_deadline_risk or DeadlineRiskNotifier()

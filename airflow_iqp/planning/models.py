@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Protocol, Sequence
 
 from airflow_iqp.errors import ConfigError
@@ -253,6 +253,22 @@ def _thin_breakpoints(pts: list[tuple[float, float]], keep: int) -> list[tuple[f
         idx.append(prev[m][idx[-1]])
         m -= 1
     return [pts[i] for i in reversed(idx)]
+
+
+def plus_fixed(model, seconds: float):
+    """The same cost model with ``seconds`` more per batch (or per merge): a fixed cost the
+    measurements left out, such as the orchestrator starting the task. Linear and
+    piecewise linear models of either kind."""
+    _finite_nonneg(seconds, "dispatch")
+    if not seconds:
+        return model
+    if isinstance(model, LinearCost):
+        return replace(model, per_batch=model.per_batch + seconds)
+    if isinstance(model, LinearFinalAgg):
+        return replace(model, base=model.base + seconds)
+    if isinstance(model, (PiecewiseLinearCost, PiecewiseLinearFinalAgg)):
+        return replace(model, points=tuple((x, y + seconds) for x, y in model.points))
+    raise ConfigError(f"cannot add a fixed cost to a {type(model).__name__}", "cost")
 
 
 # ------------------------------------------------------------ final aggregation

@@ -159,3 +159,17 @@ def test_shared_startup_takes_the_merges_own_start_up_off_and_round_trips():
     assert "shared_startup" not in LinearFinalAgg(base=1.0).to_dict()
     with pytest.raises(ConfigError, match="final_agg.shared_startup"):
         final_agg_from_dict({"kind": "linear", "base": 1, "shared_startup": -1})
+
+
+def test_plus_fixed_adds_seconds_to_every_batch_or_merge():
+    from airflow_iqp.planning.models import LinearCost, PiecewiseLinearCost, plus_fixed
+
+    assert plus_fixed(LinearCost(0.5, 2.0), 1.5).cost(4) == pytest.approx(5.5)
+    pw = plus_fixed(PiecewiseLinearCost(((1, 3.0), (10, 6.0))), 2.0)
+    assert pw.cost(1) == pytest.approx(5.0) and pw.overhead == pytest.approx(4.0 + 2.0 / 3)
+    assert plus_fixed(LinearFinalAgg(base=1.0, per_batch=0.5), 2.0).cost(2) == pytest.approx(4.0)
+    assert plus_fixed(PiecewiseLinearFinalAgg(((1, 9.0), (4, 10.0))), 1.0).cost(4) == pytest.approx(11.0)
+    m = LinearCost(0.5)
+    assert plus_fixed(m, 0.0) is m
+    with pytest.raises(ConfigError, match="dispatch"):
+        plus_fixed(m, -1.0)

@@ -212,3 +212,23 @@ def test_the_fused_tail_fires_its_lead_early_then_waits_in_process_and_claims(tm
     # A retry re-reads the claim instead of taking units that landed since.
     land(landing, 1, first=6)
     assert wait_and_claim_tail(tail, sleep=sleep) == manifest
+
+
+def test_dispatch_is_planned_per_batch_and_a_fused_tail_dispatches_before_the_end(tmp_path):
+    from airflow_iqp.runtime import cost_models
+
+    c = cfg(tmp_path, dispatch=3.0)
+    cost, agg, source = cost_models(c)
+    assert cost.cost(10) == pytest.approx(25 + 6 + 3) and agg.cost(2) == pytest.approx(26 + 3)
+    assert "3 s of task dispatch" in source
+    fused = cfg(tmp_path, dispatch=3.0, fuse_tail=True)
+    _c, fagg, _s = cost_models(fused)
+    assert fagg.cost(2) == pytest.approx(26 - 25)  # neither its own JVM nor its own task start
+    wp = plan_window(fused, START, START + 240, START + 340, now=START)
+    *earlier, last = wp.batches
+    # The final task runs the last batch: it is started (dispatched) before the window's end,
+    # so the batch before it has to be done by then.
+    assert last["ready_ts"] == START + 240 - 3.0 and earlier
+    assert earlier[-1]["latest_start_ts"] + earlier[-1]["cost"] <= last["latest_start_ts"] + 1e-6
+    with pytest.raises(ConfigError, match="dispatch"):
+        cfg(tmp_path, dispatch=-1)
