@@ -57,7 +57,7 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
             deadline_callback: Any = None, on_deadline_risk: Any = None, anchor: dt.datetime | None = None,
             start_date: dt.datetime | None = None, catchup: bool = False, tags: tuple[str, ...] = (),
             spark_conf: dict | None = None, fuse_tail: bool = False, tail_lead: float | None = None,
-            dispatch: float | None = None, **dag_kwargs) -> DAG:
+            dispatch: float | None = None, tail_slots: int = 0, **dag_kwargs) -> DAG:
     """Build the DAG of one recurring query.
 
     :param query: a query id of the catalogue (``airflow-iqp`` queries: cq1..cq4, q1, q3, ...).
@@ -77,6 +77,8 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
     :param fuse_tail: run the last batch inside the final task, started ``tail_lead`` seconds early.
     :param tail_lead: seconds before the last batch's fire time that the final task starts
         (default ``runtime.TAIL_LEAD_S``; 0 starts it when the last batch is ready).
+    :param tail_slots: with fused tails, how many of the state directory's tails run at once,
+        earliest deadline first (0, the default: no limit; 1: the paper's one batch at a time).
     :param dispatch: seconds Airflow takes from a batch's claim to its Spark work (sensor
         resume, task start, session), added to every planned batch (default 0).
     """
@@ -117,7 +119,8 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
             wait >> submit
 
         tail = XComArg(plan, key="tail") if fuse_tail else None
-        final = final_op(task_id="final", query=query, plan=plan.output, tail=tail, state_dir=state_dir,
+        final = final_op(task_id="final", query=query, plan=plan.output, tail=tail, tail_slots=tail_slots,
+                         state_dir=state_dir,
                          conf=spark_conf, retries=retries, retry_delay=dt.timedelta(seconds=5), **spark)
         batch.expand(entry=plan.output) >> final
         if fuse_tail:

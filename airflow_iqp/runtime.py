@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -389,6 +390,72 @@ def wait_and_claim_tail(tail: dict, poll: float = TAIL_POLL_S, timeout: float | 
                 raise TimeoutError(f"{tail['label']}: not ready after {timeout:.0f} s of waiting in the final task")
             sleep(poll)
     return claim_batch(tail)
+
+
+@contextmanager
+def cluster_turn(batch: dict, slots: int, poll: float = TAIL_POLL_S, sleep: Any = time.sleep):
+    """Run the enclosed Spark work when the batch's turn comes: at most ``slots`` batches at
+    once across the queries of one state directory, the earliest deadline first (EDF).
+
+    For fused tails, which all become ready at their windows' ends: run together they share
+    the cluster and the first deadline is missed; the paper's executor runs one batch at a
+    time. ``slots <= 0`` is no gate. Each waiting or running batch holds an ``flock`` on its
+    own file under ``STATE/_turns/``; a killed task's lock goes with its process, so its
+    file is stale and ignored.
+    """
+    if slots <= 0:
+        yield
+        return
+    import fcntl
+
+    root = Path(batch["state_dir"]) / "_turns"
+    waiting, running = root / "waiting", root / "running"
+    waiting.mkdir(parents=True, exist_ok=True)
+    running.mkdir(parents=True, exist_ok=True)
+    name = f"{batch['deadline_ts']:020.6f}-{batch['query']}-{batch['window_id']}-{batch['index']:04d}"
+
+    def hold(path: Path) -> int:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+
+    def live(path: Path) -> bool:
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        path.unlink(missing_ok=True)  # nobody holds it: left by a killed task
+        return False
+
+    mine = hold(waiting / name)
+    run_fd = None
+    try:
+        while run_fd is None:
+            lock = hold(root / ".lock")
+            try:
+                ahead = [p for p in sorted(waiting.iterdir()) if p.name < name and live(p)]
+                busy = [p for p in running.iterdir() if p.name != name and live(p)]
+                if not ahead and len(busy) < slots:
+                    run_fd = hold(running / name)
+                    (waiting / name).unlink(missing_ok=True)
+            finally:
+                os.close(lock)
+            if run_fd is None:
+                sleep(poll)
+        yield
+    finally:
+        if run_fd is not None:
+            (running / name).unlink(missing_ok=True)
+            os.close(run_fd)
+        else:
+            (waiting / name).unlink(missing_ok=True)
+        os.close(mine)
 
 
 def claim_batch(batch: dict) -> dict:

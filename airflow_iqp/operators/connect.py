@@ -33,20 +33,22 @@ def run_batch_in_session(batch: dict, spark=None) -> dict:
                          ws.partial_path(batch["index"]), state_dir=batch["state_dir"])
 
 
-def run_final_in_session(query: str, window_dir: str, tail: dict | None = None, spark=None) -> dict:
+def run_final_in_session(query: str, window_dir: str, tail: dict | None = None, tail_slots: int = 0,
+                         spark=None) -> dict:
     """A window's final aggregation on ``spark`` (the callable of :class:`FinalConnectOperator`).
 
     With a fused tail: warm the session while the last batch's input is still arriving,
     wait for it, claim it, then run it and the merge.
     """
-    from airflow_iqp.runtime import wait_and_claim_tail
+    from airflow_iqp.runtime import cluster_turn, wait_and_claim_tail
     from airflow_iqp.spark.final_job import execute_final, execute_tail
 
     if not tail:
         return execute_final(spark, query, window_dir)
     spark.range(1).collect()  # the session's first query pays its set-up: not after the window's end
     wait_and_claim_tail(tail)
-    return execute_tail(spark, query, window_dir, tail["index"], tail["static"] or None)
+    with cluster_turn(tail, tail_slots):
+        return execute_tail(spark, query, window_dir, tail["index"], tail["static"] or None)
 
 
 class BatchConnectOperator(_BatchTask, PySparkOperator):
@@ -87,16 +89,16 @@ class FinalConnectOperator(_FinalTask, PySparkOperator):
     template_fields: Sequence[str] = (*PySparkOperator.template_fields, "plan", "tail", "state_dir")
 
     def __init__(self, *, query: str, plan: Any, tail: Any = None, state_dir: str | None = None,
-                 conn_id: str | None = None, **kwargs):
+                 tail_slots: int = 0, conn_id: str | None = None, **kwargs):
         kwargs.pop("conf", None)
         super().__init__(python_callable=run_final_in_session, conn_id=conn_id or config.connect_conn_id(),
                          **self._final_defaults(kwargs, query))
-        self._final_init(query, plan, state_dir, tail)
+        self._final_init(query, plan, state_dir, tail, tail_slots)
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
         self.op_kwargs = {"query": self.query, "window_dir": str(self._window(context).root),
-                          "tail": as_batch(self.tail) if self.tail else None}
+                          "tail": as_batch(self.tail) if self.tail else None, "tail_slots": self.tail_slots}
 
     def execute(self, context) -> Any:
         super().execute(context)

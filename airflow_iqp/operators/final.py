@@ -16,7 +16,8 @@ from airflow.sdk import Asset, TriggerRule
 from airflow_iqp import config
 from airflow_iqp.operators.submit import _IQPSparkSubmit
 from airflow_iqp.runtime import (
-    as_batch, late_units, record_arrivals, record_task_cpu, wait_and_claim_tail, window_id, window_task_cpu,
+    as_batch, cluster_turn, late_units, record_arrivals, record_task_cpu, wait_and_claim_tail, window_id,
+    window_task_cpu,
 )
 from airflow_iqp.state import WindowState, atomic_write_json, read_claims, read_json
 
@@ -35,10 +36,12 @@ class _FinalTask:
         kwargs.setdefault("outlets", [result_asset(query)])
         return kwargs
 
-    def _final_init(self, query: str, plan: Any, state_dir: str | None, tail: Any = None) -> None:
+    def _final_init(self, query: str, plan: Any, state_dir: str | None, tail: Any = None,
+                    tail_slots: int = 0) -> None:
         self.query = query
         self.plan = plan
         self.tail = tail
+        self.tail_slots = tail_slots
         self.state_dir = state_dir or config.state_dir()
 
     def _batches(self) -> list[dict]:
@@ -121,16 +124,19 @@ class FinalAggregationOperator(_FinalTask, _IQPSparkSubmit):
     :param query: query id of the catalogue.
     :param plan: the plan task's output (the mapped batch entries).
     :param tail: the last batch's entry when the final task runs it (a fused tail).
+    :param tail_slots: fused tails of the state directory's queries that run at once, earliest
+        deadline first (:func:`~airflow_iqp.runtime.cluster_turn`); 0, the default, is no limit.
     :param state_dir: the state directory (default ``[iqp] state_dir``).
     """
 
     template_fields: Sequence[str] = (*_IQPSparkSubmit.template_fields, "plan", "tail", "state_dir")
 
-    def __init__(self, *, query: str, plan: Any, tail: Any = None, state_dir: str | None = None, **kwargs):
+    def __init__(self, *, query: str, plan: Any, tail: Any = None, state_dir: str | None = None,
+                 tail_slots: int = 0, **kwargs):
         kwargs.setdefault("conn_id", config.get("spark_conn_id"))
         kwargs.setdefault("name", f"iqp-final-{query}")
         super().__init__(**self._final_defaults(kwargs, query))
-        self._final_init(query, plan, state_dir, tail)
+        self._final_init(query, plan, state_dir, tail, tail_slots)
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
@@ -138,8 +144,11 @@ class FinalAggregationOperator(_FinalTask, _IQPSparkSubmit):
 
     def execute(self, context) -> Any:
         tail = self._claim_tail()
-        if tail is not None:
+        if tail is None:
+            super().execute(context)
+        else:
             self.application_args = [*self.application_args, "--tail-batch", str(tail["index"]),
                                      "--static", tail["static"] or ""]
-        super().execute(context)
+            with cluster_turn(tail, self.tail_slots):
+                super().execute(context)
         return self._after_final(context, self._window(context))

@@ -232,3 +232,48 @@ def test_dispatch_is_planned_per_batch_and_a_fused_tail_dispatches_before_the_en
     assert earlier[-1]["latest_start_ts"] + earlier[-1]["cost"] <= last["latest_start_ts"] + 1e-6
     with pytest.raises(ConfigError, match="dispatch"):
         cfg(tmp_path, dispatch=-1)
+
+
+def test_cluster_turn_runs_one_tail_at_a_time_earliest_deadline_first(tmp_path):
+    """Real flocks between threads (each holds its own open file, as separate processes would)."""
+    import threading
+    import time as _time
+
+    from airflow_iqp.runtime import cluster_turn
+
+    def tail(query, deadline):
+        return {"state_dir": str(tmp_path), "query": query, "window_id": "w", "index": 3, "deadline_ts": deadline}
+
+    # A file nobody holds, as a killed task leaves it: ignored, and removed.
+    stale = tmp_path / "_turns" / "waiting" / f"{1.0:020.6f}-dead-w-0003"
+    stale.parent.mkdir(parents=True)
+    stale.touch()
+    order, inside = [], []
+    first_in, release = threading.Event(), threading.Event()
+
+    def run(query, deadline, hold=None):
+        with cluster_turn(tail(query, deadline), slots=1, poll=0.01):
+            inside.append(query)
+            order.append(query)
+            assert len(inside) == 1, inside  # never two at once
+            if hold:
+                first_in.set()
+                release.wait(10)
+            inside.remove(query)
+
+    a = threading.Thread(target=run, args=("a", 30.0, True))
+    a.start()
+    assert first_in.wait(10)
+    c = threading.Thread(target=run, args=("c", 20.0))  # queues first, deadline later
+    c.start()
+    _time.sleep(0.1)
+    b = threading.Thread(target=run, args=("b", 10.0))
+    b.start()
+    _time.sleep(0.1)
+    release.set()
+    for t in (a, b, c):
+        t.join(10)
+    assert order == ["a", "b", "c"] and not stale.exists()
+    assert [p for d in ("waiting", "running") for p in (tmp_path / "_turns" / d).iterdir()] == []
+    with cluster_turn(tail("x", 1.0), slots=0):  # no gate: nothing written
+        pass
