@@ -22,8 +22,7 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.minbatch import min_batch_size
 from airflow_iqp.planning.models import (
     CostModel, EmpiricalArrival, FinalAggCost, PiecewiseLinearFinalAgg, cost_model_from_dict, final_agg_from_dict,
-    plus_fixed,
-    fit_piecewise_linear,
+    fit_piecewise_linear, plus_fixed,
 )
 from airflow_iqp.planning.planner import Plan, build_plan, plan_batches
 from airflow_iqp.state import (
@@ -375,19 +374,17 @@ def split_tail(entries: list[dict]) -> tuple[list[dict], dict | None]:
     return (entries[:-1], entries[-1]) if entries else ([], None)
 
 
-def wait_and_claim_tail(tail: dict, poll: float = TAIL_POLL_S, timeout: float | None = None,
-                        sleep: Any = time.sleep) -> dict:
+def wait_and_claim_tail(tail: dict, poll: float = TAIL_POLL_S, sleep: Any = time.sleep) -> dict:
     """In the fused tail's task: wait in process until the last batch may start, then claim for it.
 
     The task started up to its lead before the last batch's fire time (:func:`fire_at`), so
     what is left to wait is short; it polls the landing directory every ``poll`` seconds
-    (a directory listing). Returns the claim manifest (a retry re-reads the same claim).
+    (a directory listing). The wait ends at the batch's fire time at the latest, when
+    :func:`batch_ready` says ``"time"``. Returns the claim manifest (a retry re-reads the
+    same claim).
     """
-    end = None if timeout is None else time.time() + timeout
     if not batch_state(tail).claim_path(tail["index"]).exists():
         while batch_ready(tail, time.time()) is None:
-            if end is not None and time.time() > end:
-                raise TimeoutError(f"{tail['label']}: not ready after {timeout:.0f} s of waiting in the final task")
             sleep(poll)
     return claim_batch(tail)
 

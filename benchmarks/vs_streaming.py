@@ -20,8 +20,8 @@ D is a query's one-batch cost after the window's end on the same backend, as in 
 paper, on the same deployment: a reference run of this project through Airflow plans the
 first query's window as one batch (``mode="one_batch"``) started when the window's input
 is complete (``tail_lead=0``: nothing runs before the window's end), with all units
-landing at the window's end; D is that run's wall time from the window's end to the
-result. Other queries' D is their calibrated one-batch cost (``airflow-iqp calibrate``:
+landing at the window's end; D is that run's wall time from the last unit landing (the
+bulk landing takes a second or so) to the result. Other queries' D is their calibrated one-batch cost (``airflow-iqp calibrate``:
 one batch of all units plus one merge; the fits are also what the DAGs plan with) plus
 what the reference run measured on top of its own calibrated cost (Airflow's task start,
 the session or JVM start). With several queries the deadlines are staggered as in the

@@ -28,8 +28,8 @@ class BatchPlanOperator(BaseOperator):
 
     It logs the plan as a table, stores it as ``STATE/<query>/<window>/plan.json`` and as
     the XCom ``plan``, and returns one entry per batch for mapping. With ``fuse_tail`` the
-    last batch is not mapped: it goes to the XCom ``tail``, for the final task to run. If the deadline
-    cannot be met it warns through ``on_deadline_risk`` (default
+    last batch is not mapped: it goes to the XCom ``tail``, for the final task to run. If
+    the deadline cannot be met it warns through ``on_deadline_risk`` (default
     :class:`DeadlineRiskNotifier`: a log line and ``deadline_risk.json``) and returns the
     best-effort plan, the one that finishes earliest.
     """

@@ -65,6 +65,13 @@ def check_coverage(ws, expect_units: int | None = None) -> dict:
     }
 
 
+def _window_state(window_dir: Path):
+    """The WindowState of ``STATE/<query>/<window>`` (an absolute path)."""
+    from airflow_iqp.state import WindowState
+
+    return WindowState(window_dir.parents[1], window_dir.parent.name, window_dir.name)
+
+
 def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect_units: int | None = None,
                   history: bool = True, backend: str | None = None) -> dict:
     """Merge a window's partials into its result; return the result manifest."""
@@ -72,13 +79,13 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
     from airflow_iqp.spark.jobmetrics import StepMeter, backend_name
     from airflow_iqp.spark.queries import get_query
     from airflow_iqp.spark.steps import parquet_rows, run_final, write_atomic
-    from airflow_iqp.state import WindowState, append_cost_history, atomic_write_json
+    from airflow_iqp.state import append_cost_history, atomic_write_json
 
     query = get_query(query_id)
     window_dir = Path(window_dir).absolute()
     if not window_dir.is_dir():
         raise ConfigError(f"{window_dir}: window state directory does not exist", field="window_dir")
-    ws = WindowState(window_dir.parents[1], window_dir.parent.name, window_dir.name)
+    ws = _window_state(window_dir)
     if ws.query_id != query.id:
         raise ConfigError(f"{window_dir} belongs to query {ws.query_id}, not {query.id}", field="window_dir")
     cover = check_coverage(ws, expect_units)
@@ -106,11 +113,11 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
                  static_dir: str | None, *, history: bool = True) -> dict:
     """A fused tail: the last batch (if it claimed any input) and the merge, in one session."""
     from airflow_iqp.spark.batch_job import execute_batch
-    from airflow_iqp.state import WindowState, read_json
+    from airflow_iqp.state import read_json
 
     window_dir = Path(window_dir).absolute()
     if tail_batch is not None:
-        ws = WindowState(window_dir.parents[1], window_dir.parent.name, window_dir.name)
+        ws = _window_state(window_dir)
         claim = ws.claim_path(tail_batch)
         if claim.is_file() and read_json(claim).get("units"):
             execute_batch(spark, query_id, claim, static_dir, ws.partial_path(tail_batch), history=history)

@@ -4,8 +4,8 @@ Configured by environment (the benchmark sets it): IQP_QUERIES (comma-separated 
 IQP_BACKEND, IQP_LANDING, IQP_STATIC, IQP_UNITS, IQP_WINDOW_S, IQP_ANCHOR / IQP_END (ISO
 times: the one window), IQP_DEADLINES (JSON: query -> seconds after the window's end),
 IQP_MARGIN (seconds), IQP_MODE ("plan" or "one_batch"), IQP_FUSE_TAIL ("1": the final task
-runs the last batch), IQP_TAIL_LEAD and IQP_DISPATCH (seconds), IQP_TAIL_SLOTS. Cost models come from the calibrated fits in
-the state directory.
+runs the last batch), IQP_TAIL_LEAD and IQP_DISPATCH (seconds), IQP_TAIL_SLOTS. Cost models
+come from the calibrated fits in the state directory.
 """
 
 import json
@@ -25,5 +25,6 @@ if os.environ.get("IQP_QUERIES"):
             margin=float(os.environ.get("IQP_MARGIN", "10")), deadline_alert=False, retries=0,
             mode=os.environ.get("IQP_MODE", "plan"), fuse_tail=os.environ.get("IQP_FUSE_TAIL") == "1",
             tail_lead=float(os.environ["IQP_TAIL_LEAD"]) if os.environ.get("IQP_TAIL_LEAD") else None,
-            dispatch=float(os.environ.get("IQP_DISPATCH", "0")), tail_slots=int(os.environ.get("IQP_TAIL_SLOTS", "0")),
+            dispatch=float(os.environ.get("IQP_DISPATCH", "0")),
+            tail_slots=int(os.environ.get("IQP_TAIL_SLOTS", "0")),
             anchor=ANCHOR, start_date=ANCHOR, end_date=datetime.fromisoformat(os.environ["IQP_END"]))
