@@ -22,10 +22,12 @@ as the window opens.
 
 With ``fuse_tail=True`` the last batch is not a mapped task: ``tail_wait`` (the same
 sensor, deferred, claiming nothing) wakes ``tail_lead`` seconds before the last batch's
-fire time, and ``final`` starts then, opens its session, waits for the last batch's
-input, claims it, and runs the batch and the merge in one job. After the window's end
-only that work is left: no task start, no second job start. The price is one worker
-held for up to ``tail_lead`` seconds (plus the last unit's grace).
+fire time, and ``final`` starts then, opens its session (on spark-submit: starts its job,
+JVM and all), waits for the last batch's input, claims it, and runs the batch and the
+merge in one job. After the window's end only that work is left: no task start, no JVM
+start. The price is one worker held for up to ``tail_lead`` seconds (plus the last unit's
+grace). Several query DAGs on one cluster take turns with their tails (``tail_slots``,
+earliest deadline first) and plan for the turns of those due before them (``ahead``).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.operators.final import FinalAggregationOperator
 from airflow_iqp.operators.plan import BatchPlanOperator
 from airflow_iqp.operators.submit import BatchSubmitOperator
-from airflow_iqp.runtime import BACKENDS, TAIL_LEAD_S
+from airflow_iqp.runtime import BACKENDS, tail_lead as default_tail_lead
 from airflow_iqp.sensors.ready import BatchReadySensor
 from airflow_iqp.timetables.window import WindowTimetable
 
@@ -57,7 +59,7 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
             deadline_callback: Any = None, on_deadline_risk: Any = None, anchor: dt.datetime | None = None,
             start_date: dt.datetime | None = None, catchup: bool = False, tags: tuple[str, ...] = (),
             spark_conf: dict | None = None, fuse_tail: bool = False, tail_lead: float | None = None,
-            dispatch: float | None = None, tail_slots: int = 0, **dag_kwargs) -> DAG:
+            dispatch: float | None = None, tail_slots: int = 0, ahead: float | None = None, **dag_kwargs) -> DAG:
     """Build the DAG of one recurring query.
 
     :param query: a query id of the catalogue (``airflow-iqp`` queries: cq1..cq4, q1, q3, ...).
@@ -76,11 +78,17 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
         window after its end: the baseline, on the same deployment).
     :param fuse_tail: run the last batch inside the final task, started ``tail_lead`` seconds early.
     :param tail_lead: seconds before the last batch's fire time that the final task starts
-        (default ``runtime.TAIL_LEAD_S``; 0 starts it when the last batch is ready).
+        (default ``runtime.tail_lead(backend)``: 5 s, 15 s on spark-submit, whose job starts a
+        JVM; 0 starts it when the last batch is ready).
     :param tail_slots: with fused tails, how many of the state directory's tails run at once,
         earliest deadline first (0, the default: no limit; 1: the paper's one batch at a time).
     :param dispatch: seconds Airflow takes from a batch's claim to its Spark work (sensor
         resume, task start, session), added to every planned batch (default 0).
+    :param ahead: seconds after the window's end that the cluster is busy with the final work
+        of queries due before this one (several query DAGs on one cluster, with ``tail_slots``):
+        the window is planned against its deadline less this, and its last batch waits for it.
+        For queries sharing a cluster, the deadline offset of the query due just before this
+        one reserves the cluster for it until its deadline (earliest deadline first).
     """
     from airflow_iqp.deadlines import window_deadline_alert
 
@@ -106,7 +114,7 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
             task_id="plan", query=query, landing=landing, units=units, static=static, state_dir=state_dir,
             rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint, final_agg_hint=final_agg_hint,
             backend=backend, mode=mode, rsf=rsf, c_max=c_max, max_batches=max_batches, margin=margin,
-            on_deadline_risk=on_deadline_risk, fuse_tail=fuse_tail, dispatch=dispatch)
+            on_deadline_risk=on_deadline_risk, fuse_tail=fuse_tail, dispatch=dispatch, ahead=ahead)
         spark = {"pool": pool} if pool else {}
         if weight_rule:
             spark["weight_rule"] = weight_rule
@@ -124,6 +132,6 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
                          conf=spark_conf, retries=retries, retry_delay=dt.timedelta(seconds=5), **spark)
         batch.expand(entry=plan.output) >> final
         if fuse_tail:
-            lead = TAIL_LEAD_S if tail_lead is None else tail_lead
+            lead = default_tail_lead(backend) if tail_lead is None else tail_lead
             BatchReadySensor(task_id="tail_wait", batch=tail, lead=lead, claim=False) >> final
     return dag

@@ -365,6 +365,20 @@ class AirflowEnv:
             "dag_runs"
         ]
 
+    def window_run(self, dag_id: str, start: float, timeout: float = 180) -> str:
+        """The run id of the DAG's scheduled run for the window that starts at ``start`` (Unix
+        seconds), waiting up to ``timeout`` seconds past that start for the scheduler to create it."""
+        end = time.time() + timeout + max(0.0, start - time.time())
+        while time.time() < end:
+            for r in self.dag_runs(dag_id):
+                s = r.get("data_interval_start")
+                if r.get("run_type") == "scheduled" and s and \
+                        datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp() == start:
+                    return r["dag_run_id"]
+            time.sleep(1)
+        raise RuntimeError(f"{dag_id}: no run was created for the window starting at "
+                           f"{datetime.fromtimestamp(start, timezone.utc).isoformat()}")
+
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         """TIs of a run, sorted by (task_id, map_index).
 

@@ -81,6 +81,11 @@ class QueryConfig:
     #: what the plan does not model: noticing the input (the trigger polls), claiming it,
     #: starting the job. Function 1 leaves every batch but the first no slack at all.
     margin: float = 10.0
+    #: Seconds after the window's end that the cluster is busy with the final work of other
+    #: queries due before this one (several queries on one cluster, their last batches run
+    #: earliest deadline first: ``tail_slots``). The window is planned against the deadline
+    #: less this, and its last batch does not start before the window's end plus this.
+    ahead: float = 0.0
 
     def __post_init__(self):
         if not isinstance(self.units, int) or self.units < 1:
@@ -95,6 +100,8 @@ class QueryConfig:
             raise ConfigError(f"must be >= 0 seconds, got {self.dispatch!r}", "dispatch")
         if not self.margin >= 0:
             raise ConfigError(f"must be >= 0 seconds, got {self.margin!r}", "margin")
+        if not self.ahead >= 0:
+            raise ConfigError(f"must be >= 0 seconds, got {self.ahead!r}", "ahead")
         if self.rate is not None and not self.rate > 0:
             raise ConfigError(f"must be > 0 units per second, got {self.rate!r}", "rate")
         cost_model_from_dict(self.cost_hint, "cost_hint")
@@ -126,6 +133,11 @@ def observed_offsets(cfg: QueryConfig) -> list[float] | None:
     return None
 
 
+def _overhead(cost: CostModel) -> float:
+    """A batch cost model's per-batch start-up: its value extended to zero units."""
+    return getattr(cost, "overhead", getattr(cost, "per_batch", 0.0))  # piecewise or linear
+
+
 def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
     """The cost models to plan with, and where they came from.
 
@@ -139,8 +151,7 @@ def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
     if cfg.fuse_tail and cfg.backend == "spark-submit":
         # The merge runs in the last batch's spark-submit: it does not start a JVM of its own.
         # (On Spark Connect both run on one open session either way: nothing is shared.)
-        overhead = getattr(cost, "overhead", getattr(cost, "per_batch", 0.0))  # piecewise or linear
-        agg = replace(agg, shared_startup=min(overhead, agg.cost(1)))
+        agg = replace(agg, shared_startup=min(_overhead(cost), agg.cost(1)))
         source += f"; fused tail: the merge shares the last batch's start-up ({agg.shared_startup:.1f} s)"
     if cfg.dispatch:
         # Every batch is a task Airflow starts after its input is claimed, and so is the final
@@ -150,6 +161,16 @@ def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
             agg = plus_fixed(agg, cfg.dispatch)
         source += f"; {cfg.dispatch:g} s of task dispatch per batch"
     return cost, agg, source
+
+
+def tail_startup(cfg: QueryConfig, cost: CostModel) -> float:
+    """Seconds of a fused tail's fixed start that its task pays during its lead, before the
+    last batch's input is complete: Airflow starting the task (``dispatch``) and, on
+    spark-submit, the job's JVM and session (the batch cost's start-up, ``cost`` as
+    :func:`cost_models` gives it, dispatch included). Zero without a fused tail."""
+    if not cfg.fuse_tail:
+        return 0.0
+    return _overhead(cost) if cfg.backend == "spark-submit" else cfg.dispatch
 
 
 def _cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
@@ -218,7 +239,13 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
     backfill = now >= window_end and arrived >= cfg.units
     offsets = (observed_offsets(cfg) if cfg.arrival == "observed" else None) or arrival_offsets_hint(cfg, length)
     arrival = EmpiricalArrival(tuple(min(o, length) for o in offsets))
-    rel_deadline = deadline - window_start
+    if cfg.ahead and not cfg.ahead < deadline - window_end:
+        raise ConfigError(f"the queries ahead of this one ({cfg.ahead:g} s) leave it no time before its deadline "
+                          f"({deadline - window_end:g} s after the window's end); give less, or a later deadline",
+                          "ahead")
+    # Queries due earlier have the cluster for ``ahead`` seconds after the window's end: this
+    # window's work after its end gets what is left of the deadline.
+    rel_deadline = deadline - window_start - cfg.ahead
     if backfill:
         # Everything is there: one batch, ready now. The deadline (long past for an old
         # window) is the planner's business only to say whether it is met.
@@ -234,10 +261,11 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
         models += "; one_batch: the whole window after its end"
     else:
         # A fused tail's task is started before the window's end (tail_lead), so the last
-        # batch's dispatch, which its cost includes, can be over by then: to the planner
-        # the last batch is "ready" that much earlier. The batch before it must then be
-        # done a dispatch before the window's end, for the final task to start in time.
-        end = length - (cfg.dispatch if cfg.fuse_tail else 0.0)
+        # batch's fixed start (dispatch; on spark-submit its JVM too), which its cost
+        # includes, can be over by then: to the planner the last batch is "ready" that much
+        # earlier. The batch before it must then be done that long before the window's end,
+        # for the final task to start in time.
+        end = length - tail_startup(cfg, cost)
         if end < length:  # units due after that are the last batch's anyway
             arrival = EmpiricalArrival(tuple(min(o, end) for o in arrival.times))
         # Cut the batches against the deadline less the margin, then state their latest
@@ -247,7 +275,7 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
         plan = build_plan(sized.sizes, arrival, cost, agg, end, rel_deadline)
         if not plan.feasible:
             plan = plan_batches(arrival, cost, agg, end, rel_deadline)
-    batches = batch_entries(cfg, plan, window_start, deadline, backfill)
+    batches = batch_entries(cfg, plan, window_start, deadline, backfill, window_end)
     if cfg.mode == "dynamic" and not backfill:
         batches = _dynamic_entries(cfg, batches)
     return WindowPlan(query=cfg.query, state_dir=cfg.state_dir, window_id=window_id(window_start), window_start=window_start,
@@ -289,13 +317,22 @@ def _dynamic_entries(cfg: QueryConfig, entries: list[dict]) -> list[dict]:
     return out
 
 
-def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, deadline: float, backfill: bool) -> list[dict]:
-    """One dict per batch: what the sensor, the submit task and the priority strategies read."""
+def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, deadline: float, backfill: bool,
+                  window_end: float | None = None) -> list[dict]:
+    """One dict per batch: what the sensor, the submit task and the priority strategies read.
+
+    With ``cfg.ahead`` the last batch's entry has ``turn_ts``, the window's end plus ``ahead``:
+    it does not fire before then, and its latest start is that much later than planned.
+    """
     k = len(plan.batches)
     out = []
     remaining = plan.total_cost
     for b in plan.batches:
         ready, latest = window_start + b.ready, window_start + b.latest_start
+        turn = {}
+        if b.index == k and cfg.ahead and not backfill and window_end is not None:
+            latest += cfg.ahead
+            turn = {"turn_ts": window_end + cfg.ahead}
         out.append({
             "query": cfg.query, "window_id": window_id(window_start), "index": b.index, "of": k,
             "units": b.units, "cumulative": b.cumulative, "expected_total": cfg.units, "last": b.index == k,
@@ -303,6 +340,7 @@ def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, deadline: f
             "deadline_ts": deadline, "landing": cfg.landing, "state_dir": cfg.state_dir, "static": cfg.static,
             "backend": cfg.backend, "backfill": backfill,
             "label": f"batch {b.index}/{k} · {b.units} units · ready {clock(ready)}",
+            **turn,
         })
         remaining -= b.cost
     return out
@@ -337,6 +375,16 @@ LAST_UNIT_GRACE_S = 2.0
 #: (default of ``iqp_dag(tail_lead=...)``): enough for Airflow to start the task and for
 #: it to open its Spark session, so that after the window's end only the work remains.
 TAIL_LEAD_S = 5.0
+#: On spark-submit the fused tail's job also starts a JVM and its session before the window's
+#: end: this much more lead (a trivial job's start here is about 8 s on an idle machine).
+TAIL_LEAD_JVM_S = 10.0
+
+
+def tail_lead(backend: str) -> float:
+    """The default lead of a fused tail's task on ``backend`` (``iqp_dag(tail_lead=...)``)."""
+    return TAIL_LEAD_S + (TAIL_LEAD_JVM_S if backend == "spark-submit" else 0.0)
+
+
 #: How often the fused tail's task looks at the landing directory while it waits.
 TAIL_POLL_S = 0.05
 
@@ -345,7 +393,7 @@ def fire_at(batch: dict) -> float:
     """When a batch fires on time alone: its latest safe start, and for the last batch not
     before its planned ready time (the window's last arrival) plus :data:`LAST_UNIT_GRACE_S`."""
     if batch["last"]:
-        return max(batch["latest_start_ts"], batch["ready_ts"] + LAST_UNIT_GRACE_S)
+        return max(batch["latest_start_ts"], batch["ready_ts"] + LAST_UNIT_GRACE_S, batch.get("turn_ts", 0.0))
     return batch["latest_start_ts"]
 
 
@@ -354,8 +402,11 @@ def batch_ready(batch: dict, now: float, arrived: int | None = None, early: floa
 
     ``"units"``: its planned units have arrived (for the last batch, all of the window's)
     and the batch before it has claimed; ``"time"``: its latest safe start has come
-    (:func:`fire_at`), or comes within ``early`` seconds (the fused tail's lead).
+    (:func:`fire_at`), or comes within ``early`` seconds (the fused tail's lead). Never
+    before the batch's turn on a shared cluster (``turn_ts``, see ``QueryConfig.ahead``).
     """
+    if now < batch.get("turn_ts", 0.0) - early:
+        return None
     if now >= fire_at(batch) - early:
         return "time"
     if arrived is None:

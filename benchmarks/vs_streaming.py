@@ -85,6 +85,8 @@ REFERENCE_WINDOW_S = 15.0
 #: start, session), which the calibrated costs leave out; measured in the quick runs here
 #: (claim to end of task, less the Spark step's own wall time), given to the DAGs' planner.
 DISPATCH_S = {"spark-submit": 2.0, "spark-connect": 1.7}
+#: What the preparation measures, kept for ``--reuse-prep``.
+PREP_KEYS = ("D", "D_calibrated", "overhead", "reference")
 
 
 def say(msg: str) -> None:
@@ -261,6 +263,13 @@ def deadline_offsets(queries: list[str], d: dict, frac: float) -> dict:
     return out
 
 
+def queue_ahead(offsets: dict) -> dict:
+    """Each query's ``ahead``: the cluster is the earlier-due queries' until the deadline of the
+    query due just before it (their tails run one at a time, earliest deadline first)."""
+    order = sorted(offsets, key=offsets.get)
+    return {q: (offsets[order[i - 1]] if i else 0.0) for i, q in enumerate(order)}
+
+
 def _deadlines(ctx, window_end: float, frac: float, backend: str) -> dict:
     return {q: window_end + off for q, off in deadline_offsets(ctx["queries"], ctx["D"][backend], frac).items()}
 
@@ -282,13 +291,14 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
     else:
         offsets = deadline_offsets(queries, ctx["D"][backend], frac)
         arrivals = arrival_offsets("fixed", ctx["rate"], ctx["units"], window)
+    aheads = queue_ahead(offsets)
     anchor = (int(time.time()) // 5) * 5 + 60  # the window opens once Airflow is up
     iso = lambda ts: datetime.fromtimestamp(ts, timezone.utc).isoformat()  # noqa: E731
     env = {"IQP_QUERIES": ",".join(queries), "IQP_BACKEND": backend, "IQP_LANDING": str(landing),
            "IQP_STATIC": ctx["static"], "IQP_UNITS": str(ctx["units"]), "IQP_WINDOW_S": str(window),
            "IQP_ANCHOR": iso(anchor), "IQP_END": iso(anchor + 1), "IQP_DEADLINES": json.dumps(offsets),
            "IQP_MARGIN": str(ctx["margin"][backend]), "IQP_FUSE_TAIL": "1",
-           "IQP_DISPATCH": str(DISPATCH_S[backend]), "IQP_TAIL_SLOTS": "1",
+           "IQP_DISPATCH": str(DISPATCH_S[backend]), "IQP_TAIL_SLOTS": "1", "IQP_AHEAD": json.dumps(aheads),
            **({"IQP_MODE": "one_batch", "IQP_TAIL_LEAD": "0"} if reference else {}),
            "AIRFLOW__IQP__STATE_DIR": str(state), "AIRFLOW__IQP__POLL_INTERVAL": "0.5",
            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
@@ -310,7 +320,7 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
             window_end = anchor + window
             runs = {}
             for d in dag_ids:
-                runs[d] = _window_run(af, d, anchor)
+                runs[d] = af.window_run(d, anchor)
             failed = {}
             for d, run_id in runs.items():
                 run = af.wait_for_run(d, run_id, timeout=window + 3600, expect_success=False)
@@ -344,17 +354,6 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
                      **({"failed": failed} if failed else {}))
 
 
-def _window_run(af, dag_id: str, start: float, timeout: float = 180) -> str:
-    end = time.time() + timeout
-    while time.time() < end:
-        for r in af.dag_runs(dag_id):
-            s = r.get("data_interval_start")
-            if s and datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp() == start:
-                return r["dag_run_id"]
-        time.sleep(1)
-    raise RuntimeError(f"{dag_id}: no run was created for the window at {start}")
-
-
 # -------------------------------------------------------------------------------------------- main
 
 
@@ -376,6 +375,16 @@ def prepare(ctx) -> None:
     say(f"Spark Connect server up in {ctx['server_startup_seconds']} s")
     hist = ctx["work"] / "calibration"
     n = ctx["units"]
+    saved = RESULTS / "tmp" / f"prep-sf{ctx['scale']}-n{n}-{'-'.join(ctx['queries'])}"
+    if ctx.get("reuse_prep") and (saved / "prep.json").is_file():
+        # Iterating on the runs: the calibration and the reference (D) runs of an earlier
+        # invocation on the same data and queries (the meta says so: prep_reused).
+        shutil.copytree(saved / "calibration", hist)
+        ctx["history"] = hist / "cost_history.jsonl"
+        ctx.update(read_json(saved / "prep.json"))
+        ctx["prep_reused"] = str(saved)
+        say(f"reusing the calibration and D of {saved}")
+        return
     for q in ctx["queries"]:
         calibrate(q, data, backend="submit", state_dir=hist, sizes=[1, n - 1], final_counts=[1, 2])
         # Quick mode: the default sizes (1, 2, 5, ... 50, rest); with many queries, four sizes
@@ -405,6 +414,9 @@ def prepare(ctx) -> None:
         say(f"{backend}: one batch after the window's end through Airflow took {measured:.1f} s "
             f"({extra:+.1f} s on the calibrated {ctx['D_calibrated'][backend][q0]:.1f} s)")
     say(f"D: {json.dumps({b: {q: round(v, 1) for q, v in d.items()} for b, d in ctx['D'].items()})}")
+    shutil.rmtree(saved, ignore_errors=True)
+    shutil.copytree(hist, saved / "calibration")
+    (saved / "prep.json").write_text(json.dumps({k: ctx[k] for k in PREP_KEYS}, indent=2) + "\n")
 
 
 def markdown(report: dict) -> str:
@@ -481,11 +493,14 @@ def main(argv=None) -> int:
     p.add_argument("--rate", type=float, default=1.0, help="units per second (default 1)")
     p.add_argument("--port", type=int, default=15012, help="port of the benchmark's Spark Connect server")
     p.add_argument("--name", help="result file stem under benchmarks/results/")
+    p.add_argument("--reuse-prep", action="store_true",
+                   help="reuse the calibration and D of the last run on the same data and queries (for iterating; "
+                        "the meta records it)")
     args = p.parse_args(argv)
     preset = QUICK if args.quick else FULL
     ctx = {"queries": args.queries.split(",") if args.queries else preset["queries"],
            "scale": args.scale or preset["scale"], "units": args.units or preset["units"], "rate": args.rate,
-           "port": args.port, "margin": {"spark-submit": 10.0, "spark-connect": 2.0}}
+           "port": args.port, "margin": {"spark-submit": 10.0, "spark-connect": 2.0}, "reuse_prep": args.reuse_prep}
     ctx["window"] = ctx["units"] / ctx["rate"]
     runs = args.runs.split(",") if args.runs else preset["runs"]
     ctx["data"] = RESULTS / "tmp" / f"tpch-sf{ctx['scale']}-n{ctx['units']}"
@@ -520,7 +535,7 @@ def main(argv=None) -> int:
         if ctx.get("server"):
             connect.stop_server(ctx["port"], base=ctx["work"] / "connect")
     meta = {k: ctx.get(k) for k in ("queries", "scale", "units", "rate", "window", "D", "D_calibrated", "overhead",
-                                    "reference", "server_startup_seconds")}
+                                    "reference", "server_startup_seconds", "prep_reused")}
     meta.update(quick=args.quick, elapsed_seconds=round(time.time() - started, 1),
                 machine=f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cores)")
     report = {"meta": meta, "runs": out}

@@ -35,20 +35,13 @@ def run_batch_in_session(batch: dict, spark=None) -> dict:
 
 def run_final_in_session(query: str, window_dir: str, tail: dict | None = None, tail_slots: int = 0,
                          spark=None) -> dict:
-    """A window's final aggregation on ``spark`` (the callable of :class:`FinalConnectOperator`).
-
-    With a fused tail: warm the session while the last batch's input is still arriving,
-    wait for it, claim it, then run it and the merge.
-    """
-    from airflow_iqp.runtime import cluster_turn, wait_and_claim_tail
-    from airflow_iqp.spark.final_job import execute_final, execute_tail
+    """A window's final aggregation on ``spark`` (the callable of :class:`FinalConnectOperator`);
+    with a fused tail, :func:`~airflow_iqp.spark.final_job.run_tail` on the session."""
+    from airflow_iqp.spark.final_job import execute_final, run_tail
 
     if not tail:
         return execute_final(spark, query, window_dir)
-    spark.range(1).collect()  # the session's first query pays its set-up: not after the window's end
-    wait_and_claim_tail(tail)
-    with cluster_turn(tail, tail_slots):
-        return execute_tail(spark, query, window_dir, tail["index"], tail["static"] or None)
+    return run_tail(spark, query, window_dir, tail, tail_slots)
 
 
 class BatchConnectOperator(_BatchTask, PySparkOperator):

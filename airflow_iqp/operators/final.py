@@ -8,6 +8,7 @@ Spark Connect server.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Sequence
 
@@ -16,8 +17,7 @@ from airflow.sdk import Asset, TriggerRule
 from airflow_iqp import config
 from airflow_iqp.operators.submit import _IQPSparkSubmit
 from airflow_iqp.runtime import (
-    as_batch, cluster_turn, late_units, record_arrivals, record_task_cpu, wait_and_claim_tail, window_id,
-    window_task_cpu,
+    as_batch, late_units, record_arrivals, record_task_cpu, window_id, window_task_cpu,
 )
 from airflow_iqp.state import WindowState, atomic_write_json, read_claims, read_json
 
@@ -47,15 +47,6 @@ class _FinalTask:
     def _batches(self) -> list[dict]:
         """Every batch of the window: the mapped ones, and the fused tail's."""
         return list(self.plan or []) + ([as_batch(self.tail)] if self.tail else [])
-
-    def _claim_tail(self) -> dict | None:
-        """With a fused tail: wait in this task until the last batch may start, and claim for it."""
-        if not self.tail:
-            return None
-        tail = as_batch(self.tail)
-        manifest = wait_and_claim_tail(tail)
-        self.log.info("%s: claimed %d units in the final task", tail["label"], len(manifest["units"]))
-        return tail
 
     def _window(self, context) -> WindowState:
         start = context["data_interval_start"].timestamp()
@@ -118,8 +109,8 @@ class FinalAggregationOperator(_FinalTask, _IQPSparkSubmit):
     report of planned against actual times; it emits an Asset event for the result and
     returns whether the deadline was met.
 
-    With a fused tail (``tail``, the plan's last batch) the task first waits for that
-    batch's input, claims it, and runs it and the merge in one spark-submit.
+    With a fused tail (``tail``, the plan's last batch) the task starts its spark-submit
+    at once; the job waits for that batch's input, claims it, and runs it and the merge.
 
     :param query: query id of the catalogue.
     :param plan: the plan task's output (the mapped batch entries).
@@ -143,12 +134,10 @@ class FinalAggregationOperator(_FinalTask, _IQPSparkSubmit):
         self._prepare("final", [self.query, str(self._window(context).root)])
 
     def execute(self, context) -> Any:
-        tail = self._claim_tail()
-        if tail is None:
-            super().execute(context)
-        else:
-            self.application_args = [*self.application_args, "--tail-batch", str(tail["index"]),
-                                     "--static", tail["static"] or ""]
-            with cluster_turn(tail, self.tail_slots):
-                super().execute(context)
+        if self.tail:
+            # The job waits for the last batch's input, claims it and takes its turn in its
+            # driver, with the JVM already up (final_job.run_tail).
+            self.application_args = [*self.application_args, "--tail", json.dumps(as_batch(self.tail)),
+                                     "--tail-slots", str(self.tail_slots)]
+        super().execute(context)
         return self._after_final(context, self._window(context))

@@ -43,7 +43,7 @@ class BatchPlanOperator(BaseOperator):
                  backend: str = "spark-submit", mode: str = "plan", rsf: float = 0.5, c_max: float | None = None,
                  max_batches: int = 16, margin: float | None = None, deadline_offset: dt.timedelta | None = None,
                  on_deadline_risk: Any = None, fuse_tail: bool = False, dispatch: float | None = None,
-                 **kwargs):
+                 ahead: float | None = None, **kwargs):
         super().__init__(**kwargs)
         self.fuse_tail = fuse_tail
         self.query, self.landing, self.units, self.static = query, landing, units, static
@@ -51,7 +51,7 @@ class BatchPlanOperator(BaseOperator):
         self.options = {k: v for k, v in dict(rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint,
                                                final_agg_hint=final_agg_hint, backend=backend, mode=mode, rsf=rsf,
                                                c_max=c_max, max_batches=max_batches, margin=margin,
-                                               fuse_tail=fuse_tail, dispatch=dispatch).items()
+                                               fuse_tail=fuse_tail, dispatch=dispatch, ahead=ahead).items()
                         if v is not None}
         self.deadline_offset = deadline_offset
         self.on_deadline_risk = on_deadline_risk or DeadlineRiskNotifier()

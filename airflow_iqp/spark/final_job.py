@@ -1,7 +1,7 @@
 """spark-submit application: the final aggregation of one window.
 
     spark-submit final_job.py QUERY_ID WINDOW_DIR [--expect-units N] [--no-history]
-                              [--tail-batch INDEX --static DIR]
+                              [--tail ENTRY_JSON [--tail-slots N]]
 
 WINDOW_DIR is ``STATE/<query>/<window>``. The job merges every batch's partial
 (``partials/batch-NNNN/``) into ``result/`` (written to a hidden temporary directory and
@@ -10,9 +10,10 @@ result complete. Before merging it checks coverage: every claimed batch has a pa
 and every unit is covered exactly once across the partials (a unit in two partials is an
 error naming both batches).
 
-With ``--tail-batch`` (a fused tail) the same application first runs that batch, the
-window's last, from its claim into its partial, then merges: one Spark application
-after the window's end instead of two.
+With ``--tail`` (a fused tail, the last batch's plan entry) the application starts
+before the window's end, warms its session, waits for that batch's input, claims it,
+waits for its turn (``--tail-slots``), runs it into its partial, then merges: after the
+window's end, no JVM start and one Spark application instead of two (:func:`run_tail`).
 
 No Airflow import here: this file runs on a Spark driver.
 """
@@ -20,6 +21,7 @@ No Airflow import here: this file runs on a Spark driver.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -124,14 +126,36 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
     return execute_final(spark, query_id, window_dir, history=history)
 
 
+def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, slots: int = 0, *,
+             history: bool = True) -> dict:
+    """A fused tail in the final task's own session (both backends; the spark-submit job's
+    driver, or the Connect task): the session is open and warm before the last batch's
+    input is complete, so after the window's end only the work is left.
+
+    Waits for the last batch (``tail``, its plan entry) to be ready, claims its input (a
+    retry re-reads the claim), waits for its turn on the cluster (``slots`` tails at once,
+    earliest deadline first: :func:`airflow_iqp.runtime.cluster_turn`), then runs the batch
+    and the merge (:func:`execute_tail`).
+    """
+    from airflow_iqp.runtime import cluster_turn, wait_and_claim_tail
+
+    spark.range(1).collect()  # the session's first query pays its set-up: not after the window's end
+    claim = wait_and_claim_tail(tail)
+    print(f"airflow-iqp final_job: {tail.get('label', tail['index'])}: claimed {len(claim['units'])} units",
+          flush=True)
+    with cluster_turn(tail, slots):
+        return execute_tail(spark, query_id, window_dir, tail["index"], tail.get("static") or None, history=history)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="final_job.py", description=__doc__.split("\n")[0])
     parser.add_argument("query")
     parser.add_argument("window_dir")
     parser.add_argument("--expect-units", type=int)
     parser.add_argument("--no-history", action="store_true")
-    parser.add_argument("--tail-batch", type=int, help="run this batch (the window's last) first, then merge")
-    parser.add_argument("--static", help="the query's static tables (with --tail-batch)")
+    parser.add_argument("--tail", help="a fused tail: the last batch's plan entry (JSON); wait for its input, "
+                                       "claim it, run it, then merge (run_tail)")
+    parser.add_argument("--tail-slots", type=int, default=0, help="fused tails that run at once (0: no limit)")
     args = parser.parse_args(argv)
 
     from airflow_iqp.errors import IQPError
@@ -139,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = build_session(f"iqp-final-{args.query}-{Path(args.window_dir).name}")
     try:
-        if args.tail_batch is not None:
-            manifest = execute_tail(spark, args.query, args.window_dir, args.tail_batch, args.static or None,
-                                    history=not args.no_history)
+        if args.tail:
+            manifest = run_tail(spark, args.query, args.window_dir, json.loads(args.tail), args.tail_slots,
+                                history=not args.no_history)
         else:
             manifest = execute_final(spark, args.query, args.window_dir, expect_units=args.expect_units,
                                      history=not args.no_history)

@@ -100,7 +100,7 @@ def run_window(tmp: Path, tpch: Path, profile: str, backfill: bool = False) -> d
         out["replay"] = subprocess.Popen(
             ["airflow-iqp", "replay", "--from", str(tpch), "--to", str(data / "landing" / "cq2" / wid(anchor)),
              "--profile", profile, "--window", str(W)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        run_id = _wait_for_window_run(af, anchor)
+        run_id = af.window_run(DAG_ID, anchor, timeout=120)
         # The live run's deadline, read while it runs: Airflow prunes a run's deadlines
         # once it has succeeded in time.
         out["live_deadline"], until = [], time.time() + 60
@@ -138,17 +138,6 @@ def slower(tmp_path_factory, tpch):
 @pytest.fixture(scope="module")
 def late(tmp_path_factory, tpch):
     return run_window(tmp_path_factory.mktemp("e2e"), tpch, "late")
-
-
-def _wait_for_window_run(af, start: float, timeout: float = 120) -> str:
-    end = time.time() + timeout + max(0.0, start - time.time())
-    while time.time() < end:
-        for r in af.dag_runs(DAG_ID):
-            if r["run_type"] == "scheduled" and r.get("data_interval_start") and \
-                    datetime.fromisoformat(r["data_interval_start"].replace("Z", "+00:00")).timestamp() == start:
-                return r["dag_run_id"]
-        time.sleep(2)
-    raise AssertionError(f"no run was created for the window starting {wid(start)}")
 
 
 def window(run, start):

@@ -224,14 +224,41 @@ def test_dispatch_is_planned_per_batch_and_a_fused_tail_dispatches_before_the_en
     fused = cfg(tmp_path, dispatch=3.0, fuse_tail=True)
     _c, fagg, _s = cost_models(fused)
     assert fagg.cost(2) == pytest.approx(26 - 25)  # neither its own JVM nor its own task start
-    wp = plan_window(fused, START, START + 240, START + 340, now=START)
-    *earlier, last = wp.batches
     # The final task runs the last batch: it is started (dispatched) before the window's end,
-    # so the batch before it has to be done by then.
-    assert last["ready_ts"] == START + 240 - 3.0 and earlier
-    assert earlier[-1]["latest_start_ts"] + earlier[-1]["cost"] <= last["latest_start_ts"] + 1e-6
+    # and on spark-submit its job's JVM too, so the batch before it has to be done by then.
+    for backend, startup in (("spark-connect", 3.0), ("spark-submit", 25 + 3.0)):
+        wp = plan_window(cfg(tmp_path, dispatch=3.0, fuse_tail=True, backend=backend), START, START + 240,
+                         START + 340, now=START)
+        *earlier, last = wp.batches
+        assert last["ready_ts"] == START + 240 - startup and earlier, backend
+        assert earlier[-1]["latest_start_ts"] + earlier[-1]["cost"] <= last["latest_start_ts"] + 1e-6
+        assert all(b["ready_ts"] <= last["ready_ts"] for b in earlier)
     with pytest.raises(ConfigError, match="dispatch"):
         cfg(tmp_path, dispatch=-1)
+
+
+def test_queries_ahead_on_the_cluster_shorten_the_plan_and_hold_back_the_last_batch(tmp_path):
+    """``ahead``: the window is planned as if its deadline were that much sooner, and its last
+    batch waits for its turn after the queries due before it."""
+    end, deadline = START + 240, START + 400
+    base = plan_window(cfg(tmp_path), START, end, deadline - 90, now=START)
+    wp = plan_window(cfg(tmp_path, ahead=90.0), START, end, deadline, now=START)
+    assert wp.plan.sizes == base.plan.sizes and len(wp.batches) > len(
+        plan_window(cfg(tmp_path), START, end, deadline, now=START).batches)
+    *earlier, last = wp.batches
+    assert [b["latest_start_ts"] for b in earlier] == [b["latest_start_ts"] for b in base.batches[:-1]]
+    assert last["turn_ts"] == end + 90 and last["latest_start_ts"] == base.batches[-1]["latest_start_ts"] + 90
+    assert all("turn_ts" not in b for b in earlier) and last["deadline_ts"] == deadline
+    # Every unit has landed at the window's end, but the last batch's turn comes 90 s later.
+    arrived = last["expected_total"]
+    assert batch_ready(last, end + 5, arrived=arrived) is None
+    assert batch_ready(last, end + 85, arrived=arrived, early=6) is not None  # the fused tail's lead
+    assert batch_ready(last, end + 83, arrived=arrived, early=6) is None
+    assert batch_ready(last, end + 90, arrived=arrived) is not None
+    with pytest.raises(ConfigError, match="ahead"):
+        plan_window(cfg(tmp_path, ahead=160.0), START, end, deadline, now=START)
+    with pytest.raises(ConfigError, match="ahead"):
+        cfg(tmp_path, ahead=-1.0)
 
 
 def test_cluster_turn_runs_one_tail_at_a_time_earliest_deadline_first(tmp_path):
