@@ -263,11 +263,20 @@ class AirflowEnv:
         req = urllib.request.Request(url, data=data, method=method)
         req.add_header("Content-Type", "application/json")
         req.add_header("Accept", "application/json")
-        try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            raise ApiError(exc.code, f"{method} {path}: {exc.code} {exc.read().decode(errors='replace')}") from None
+        # A GET is retried when the API server is too busy to answer in time (many task
+        # processes start at once on a small machine, and they talk to the same server).
+        attempts = 3 if method == "GET" else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    raw = resp.read()
+                break
+            except urllib.error.HTTPError as exc:
+                raise ApiError(exc.code, f"{method} {path}: {exc.code} {exc.read().decode(errors='replace')}") from None
+            except (TimeoutError, urllib.error.URLError) as exc:
+                if attempt == attempts or (isinstance(exc, urllib.error.URLError)
+                                           and not isinstance(exc.reason, TimeoutError)):
+                    raise
         return json.loads(raw) if raw else None
 
     def health(self) -> dict:

@@ -449,10 +449,11 @@ def cluster_turn(batch: dict, slots: int, poll: float = TAIL_POLL_S, sleep: Any 
     the cluster and the first deadline is missed; the paper's executor runs one batch at a
     time. ``slots <= 0`` is no gate. Each waiting or running batch holds an ``flock`` on its
     own file under ``STATE/_turns/``; a killed task's lock goes with its process, so its
-    file is stale and ignored.
+    file is stale and ignored. The context yields ``release()``, which gives the turn back
+    before the block ends (for work after the result).
     """
     if slots <= 0:
-        yield
+        yield lambda: None
         return
     import fcntl
 
@@ -483,6 +484,14 @@ def cluster_turn(batch: dict, slots: int, poll: float = TAIL_POLL_S, sleep: Any 
 
     mine = hold(waiting / name)
     run_fd = None
+
+    def release() -> None:
+        nonlocal run_fd
+        if run_fd is not None:
+            (running / name).unlink(missing_ok=True)
+            os.close(run_fd)
+            run_fd = None
+
     try:
         while run_fd is None:
             lock = hold(root / ".lock")
@@ -496,11 +505,10 @@ def cluster_turn(batch: dict, slots: int, poll: float = TAIL_POLL_S, sleep: Any 
                 os.close(lock)
             if run_fd is None:
                 sleep(poll)
-        yield
+        yield release
     finally:
         if run_fd is not None:
-            (running / name).unlink(missing_ok=True)
-            os.close(run_fd)
+            release()
         else:
             (waiting / name).unlink(missing_ok=True)
         os.close(mine)

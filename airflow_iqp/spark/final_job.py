@@ -26,10 +26,15 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
-def check_coverage(ws, expect_units: int | None = None) -> dict:
-    """The partials of a window and the units/files they cover; raises DataError on a gap or overlap."""
+def check_coverage(ws, expect_units: int | None = None, computing: int | None = None) -> dict:
+    """The partials of a window and the units/files they cover; raises DataError on a gap or overlap.
+
+    ``computing``: a claimed batch whose partial this job computes itself (a fused tail's)
+    and that counts as covered although its partial is not written yet.
+    """
     from airflow_iqp.errors import DataError
     from airflow_iqp.state import batch_of, read_claims
 
@@ -39,6 +44,8 @@ def check_coverage(ws, expect_units: int | None = None) -> dict:
         for p in ws.partials_dir.iterdir():
             if p.is_dir() and not p.name.startswith(".") and p.name.startswith("batch-"):
                 partial_dirs[batch_of(p)] = p
+    if computing is not None and computing in claims:
+        partial_dirs.setdefault(computing, ws.partial_path(computing))
     missing = sorted(set(claims) - set(partial_dirs))
     if missing:
         raise DataError(f"{ws.root}: batch(es) {missing} claimed input but have no partial result yet; "
@@ -75,8 +82,12 @@ def _window_state(window_dir: Path):
 
 
 def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect_units: int | None = None,
-                  history: bool = True, backend: str | None = None) -> dict:
-    """Merge a window's partials into its result; return the result manifest."""
+                  history: bool = True, backend: str | None = None, tail: tuple[int, object] | None = None) -> dict:
+    """Merge a window's partials into its result; return the result manifest.
+
+    ``tail``: ``(batch, partial DataFrame)`` of a claimed batch whose partial is not written
+    yet (a fused tail's): it is merged with the written ones in the same Spark job.
+    """
     from airflow_iqp.errors import ConfigError
     from airflow_iqp.spark.jobmetrics import StepMeter, backend_name
     from airflow_iqp.spark.queries import get_query
@@ -90,10 +101,14 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
     ws = _window_state(window_dir)
     if ws.query_id != query.id:
         raise ConfigError(f"{window_dir} belongs to query {ws.query_id}, not {query.id}", field="window_dir")
-    cover = check_coverage(ws, expect_units)
+    cover = check_coverage(ws, expect_units, computing=tail[0] if tail else None)
     backend = backend or backend_name(spark)
     with StepMeter(spark) as meter:
-        df = run_final(spark, query, cover["partials"])
+        if tail:
+            written = [p for p in cover["partials"] if p != str(ws.partial_path(tail[0]))]
+            df = run_final(spark, query, written, also=tail[1])
+        else:
+            df = run_final(spark, query, cover["partials"])
         write_atomic(df, ws.result_dir)
     manifest = {
         "query": query.id, "window": ws.window_id, "result": str(ws.result_dir),
@@ -103,7 +118,7 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
         "backend": backend, "written_at": time.time(),
     }
     atomic_write_json(ws.result_manifest, manifest)
-    if history:
+    if history and not tail:  # with a fused tail's batch in it, this is no merge's cost
         append_cost_history(ws.state_dir, query=query.id, kind="final", units=len(cover["units"]),
                             batches=len(cover["partials"]), wall_seconds=meter.wall_seconds,
                             cpu_seconds=meter.cpu_seconds, task_seconds=meter.task_seconds,
@@ -112,18 +127,32 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
 
 
 def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch: int | None,
-                 static_dir: str | None, *, history: bool = True) -> dict:
-    """A fused tail: the last batch (if it claimed any input) and the merge, in one session."""
+                 static_dir: str | None, *, history: bool = True, after_result: Any = None) -> dict:
+    """A fused tail: the last batch and the merge in one Spark job, then the last batch's partial.
+
+    The last batch's partial aggregate is merged with the written partials in the same job
+    that writes the result, so after the window's end there is one write before the
+    result. Its partial is written after the result (``after_result()`` runs in between:
+    :func:`run_tail` gives the cluster its turn back there), so a later merge finds every
+    batch's partial. A retry that finds the partial written merges only written partials:
+    no unit is counted twice.
+    """
     from airflow_iqp.spark.batch_job import execute_batch
+    from airflow_iqp.spark.steps import run_batch
     from airflow_iqp.state import read_json
 
     window_dir = Path(window_dir).absolute()
-    if tail_batch is not None:
-        ws = _window_state(window_dir)
-        claim = ws.claim_path(tail_batch)
-        if claim.is_file() and read_json(claim).get("units"):
-            execute_batch(spark, query_id, claim, static_dir, ws.partial_path(tail_batch), history=history)
-    return execute_final(spark, query_id, window_dir, history=history)
+    ws = _window_state(window_dir)
+    claim = ws.claim_path(tail_batch) if tail_batch is not None else None
+    files = read_json(claim).get("files", []) if claim is not None and claim.is_file() else []
+    pending = bool(files) and not ws.partial_path(tail_batch).is_dir()
+    tail = (tail_batch, run_batch(spark, query_id, files, static_dir)) if pending else None
+    manifest = execute_final(spark, query_id, window_dir, history=history, tail=tail)
+    if after_result is not None:
+        after_result()
+    if pending:
+        execute_batch(spark, query_id, claim, static_dir, ws.partial_path(tail_batch), history=history)
+    return manifest
 
 
 def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, slots: int = 0, *,
@@ -143,8 +172,9 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, sl
     claim = wait_and_claim_tail(tail)
     print(f"airflow-iqp final_job: {tail.get('label', tail['index'])}: claimed {len(claim['units'])} units",
           flush=True)
-    with cluster_turn(tail, slots):
-        return execute_tail(spark, query_id, window_dir, tail["index"], tail.get("static") or None, history=history)
+    with cluster_turn(tail, slots) as turn:
+        return execute_tail(spark, query_id, window_dir, tail["index"], tail.get("static") or None, history=history,
+                            after_result=turn)
 
 
 def main(argv: list[str] | None = None) -> int:

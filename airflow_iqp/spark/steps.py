@@ -147,21 +147,25 @@ def run_batch(spark, query: Query | str, files: Sequence[str], static_dir: str |
     return query.partial(spark, tables)
 
 
-def run_final(spark, query: Query | str, partials):
+def run_final(spark, query: Query | str, partials, also=None):
     """The final result, a DataFrame, from all partials of a window.
 
-    ``partials`` is a list of partial parquet paths (or a DataFrame of their union).
+    ``partials`` is a list of partial parquet paths (or a DataFrame of their union);
+    ``also``, a partial not written (a DataFrame from :func:`run_batch`), merged with them.
     """
     query = _as_query(query)
     if not isinstance(partials, (list, tuple)):
-        return query.final(spark, partials)
-    if not partials:
+        return query.final(spark, partials if also is None else partials.unionByName(also))
+    if not partials and also is None:
         raise ConfigError(f"query {query.id}: no partial results to merge", field="partials")
     paths = [str(p) for p in partials]
     for p in paths:
         if _is_local(p) and not os.path.exists(_local(p)):
             raise DataError(f"{p}: partial result does not exist")
-    return query.final(spark, spark.read.parquet(*paths))
+    if not paths:
+        return query.final(spark, also)
+    union = spark.read.parquet(*paths)
+    return query.final(spark, union if also is None else union.unionByName(also))
 
 
 def write_atomic(df, final_path: str | os.PathLike, before_rename=None) -> Path:

@@ -85,6 +85,35 @@ def test_retried_batch_leaves_the_result_unchanged(spark, units, tpch_dir, tmp_p
     assert len(result_manifest["files"]) == 2 * len(units)
 
 
+def test_a_fused_tail_merges_its_batch_in_one_job_then_writes_its_partial_and_a_retry_counts_nothing_twice(
+        spark, units, tpch_dir, tmp_path):
+    from airflow_iqp.spark.final_job import execute_tail
+
+    qid, static = "cq2", str(tpch_dir / "static")
+    query = get_query(qid)
+    ws = WindowState(tmp_path, qid, "w")
+    chunks = split_consecutive(units, 3)
+    for b, chunk in enumerate(chunks):
+        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
+    for b in (0, 1):
+        execute_batch(spark, qid, ws.claim_path(b), static, ws.partial_path(b))
+    seen = []  # what is on disk when the result is complete
+    manifest = execute_tail(spark, qid, ws.root, 2, static,
+                            after_result=lambda: seen.append((ws.result_manifest.is_file(),
+                                                              ws.partial_path(2).is_dir())))
+    assert seen == [(True, False)]  # the result came first, in one job with the tail's batch
+    assert ws.partial_path(2).is_dir() and manifest["units"] == [u.name for u in units]
+    cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
+    first = result_rows(spark, ws)
+    assert_same_rows(first, ref, ordered=query.ordered, label="fused tail vs duckdb")
+    # A retry after the partial was written merges the written partials only.
+    execute_tail(spark, qid, ws.root, 2, static)
+    assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="fused tail retried")
+    # The merge's cost history has no record with a batch's work in it.
+    finals = [r for r in read_cost_history(tmp_path, query=qid) if r["kind"] == "final"]
+    assert len(finals) == 1 and finals[0]["batches"] == 3
+
+
 def test_a_unit_in_two_partials_is_an_error_naming_both_batches(spark, units, tpch_dir, tmp_path):
     ws = run_window_inprocess(spark, "cq1", units, tpch_dir / "static", tmp_path, k=2)
     # forge a third batch covering a unit of batch 1 (claim_units would refuse it)
