@@ -55,8 +55,11 @@ class _FinalTask:
     def _after_final(self, context, ws: WindowState) -> dict:
         start = context["data_interval_start"].timestamp()
         batches = self._batches()
-        finished = time.time()
+        task_end = time.time()
         manifest = read_json(ws.result_manifest)
+        # The result is complete when its manifest is written (a fused tail writes its last
+        # batch's partial after that): that is the time the deadline is about.
+        finished = manifest.get("written_at") or task_end
         cfg = batches[0] if batches else {"state_dir": self.state_dir, "query": self.query, "landing": ""}
         late = late_units(cfg, start) if batches else {"units": [], "files": [], "arrival_times": []}
         if batches:
@@ -71,7 +74,7 @@ class _FinalTask:
         # A backfilled window's deadline passed long ago; there is none to meet.
         deadline = batches[0]["deadline_ts"] if batches and not batches[0].get("backfill") else None
         record_task_cpu(ws.root, context["ti"])
-        report = self._report(ws, batches, finished, deadline, manifest)
+        report = {**self._report(ws, batches, finished, deadline, manifest), "task_end_ts": task_end}
         atomic_write_json(ws.root / "report.json", report)
         context["outlet_events"][result_asset(self.query)].extra = {
             "window": ws.window_id, "result": manifest["result"], "partial": manifest["partial"]}
