@@ -430,15 +430,19 @@ def markdown(report: dict) -> str:
              f"Spark Connect per-batch overhead (calibrated): "
              f"{', '.join(f'{q} {v:.2f} s' for q, v in meta['overhead']['spark-connect'].items())}; "
              f"server start-up {meta['server_startup_seconds']} s, paid once per deployment and not counted below.",
-             "", "| run | CPU s | x one_batch | wall after window s | peak RSS MB | deadline met | correct |",
+             "", "| run | CPU s | x one_batch | wall after window s | peak RSS MB | deadline met (queries) | correct |",
              "|---|---:|---:|---:|---:|---|---|"]
     for name, r in runs.items():
         if "error" in r:
             lines.append(f"| {name} | error: {r['error'][:80]} | | | | | |")
             continue
         x = f"{r['cpu_seconds'] / base:.2f}" if base else "-"
+        pq = r.get("per_query") or {}
+        met = sum(1 for v in pq.values() if v["after_window"] is not None
+                  and v["after_window"] <= v["deadline_after_window"])
         lines.append(f"| {name} | {r['cpu_seconds']:.1f} | {x} | {r['wall_after_window']} | {r['peak_rss_mb']:.0f} "
-                     f"| {'yes' if r['deadline_met'] else 'no'} | {'yes' if r['result_correct'] else 'no'} |")
+                     f"| {'yes' if r['deadline_met'] else 'no'} ({met}/{len(pq)}) "
+                     f"| {'yes' if r['result_correct'] else 'no'} |")
     lines += ["", "Deadlines: `iqp_*` runs, each query's own, f x D after the window's end (staggered over the "
               "queries as in the paper's section 7.4: f times the sum of D up to the query); the other runs, the 1D "
               "spark-submit deadlines. `iqp_*` runs fuse the last batch into the final task (`fuse_tail=True`). "
@@ -529,7 +533,8 @@ def main(argv=None) -> int:
                     raise SystemExit(f"unknown run {name!r}")
             except Exception as exc:  # noqa: BLE001 - record and go on with the other runs
                 say(f"{name} failed: {exc}")
-                out[name] = {"run": name, "error": str(exc)[-2000:]}
+                text = str(exc) or type(exc).__name__
+                out[name] = {"run": name, "error": text.splitlines()[0][:300], "error_detail": text[-2000:]}
             say(f"{name}: {json.dumps({k: v for k, v in out[name].items() if k != 'per_query'})[:400]}")
     finally:
         if ctx.get("server"):
