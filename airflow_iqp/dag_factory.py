@@ -78,7 +78,7 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
         window after its end: the baseline, on the same deployment).
     :param fuse_tail: run the last batch inside the final task, started ``tail_lead`` seconds early.
     :param tail_lead: seconds before the last batch's fire time that the final task starts
-        (default ``runtime.tail_lead(backend)``: 5 s, 30 s on spark-submit, whose job starts a
+        (default ``runtime.tail_lead(backend)``: 5 s, 15 s on spark-submit, whose job starts a
         JVM; 0 starts it when the last batch is ready).
     :param tail_slots: with fused tails, how many of the state directory's tails run at once,
         earliest deadline first (0, the default: no limit; 1: the paper's one batch at a time).

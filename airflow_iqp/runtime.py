@@ -376,10 +376,11 @@ LAST_UNIT_GRACE_S = 2.0
 #: it to open its Spark session, so that after the window's end only the work remains.
 TAIL_LEAD_S = 5.0
 #: On spark-submit the fused tail's job also starts a JVM and its session before the window's
-#: end: this much more lead. A trivial job's start is about 8 s here on an idle machine, but
-#: in the full benchmark (nine DAGs, two cores) one took 21 s from its sensor firing to its
-#: claim, with 15 s of lead in all: it claimed 11.6 s after the window's end.
-TAIL_LEAD_JVM_S = 25.0
+#: end: this much more lead. A trivial job's start is about 8 s here on an idle machine. In
+#: the full benchmark (nine DAGs, two cores) one job took 21 s from its sensor firing to its
+#: claim with 15 s of lead in all; with 30 s, more queries' JVMs started at once and one
+#: took 47 s, and five deadlines of nine were missed instead of one: the lead is not free.
+TAIL_LEAD_JVM_S = 10.0
 
 
 def tail_lead(backend: str) -> float:
