@@ -151,7 +151,7 @@ def summarise(name, cpu, window_end, finished: dict, deadlines: dict, rss, corre
             "wall_after_window": None if last is None else round(last - window_end, 2),
             "peak_rss_mb": round(rss, 1),
             "deadline_met": bool(last is not None and all(finished.get(q, 1e18) <= d for q, d in deadlines.items())),
-            "result_correct": bool(correct) and all(correct.values()),
+            "result_correct": len(correct) == len(deadlines) and all(correct.values()),  # a missing result is not
             "per_query": {q: {"after_window": None if q not in finished else round(finished[q] - window_end, 2),
                               "deadline_after_window": round(deadlines[q] - window_end, 2),
                               "correct": correct.get(q, False)} for q in deadlines},
