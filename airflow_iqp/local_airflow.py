@@ -156,6 +156,8 @@ def _migrate(home: Path, env: Mapping[str, str], log: Path) -> float:
     db = home / "airflow.db"
     cached = _CACHE_DIR / f"airflow-{_airflow_version()}.db"
     if cached.exists():
+        for log in (db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+            log.unlink(missing_ok=True)  # a killed run's write-ahead log belongs to the old file
         shutil.copyfile(cached, db)
     with open(log, "ab") as out:
         # Always run migrate: against a cached DB it is a quick no-op check, and it also

@@ -330,9 +330,14 @@ def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, deadline: f
     for b in plan.batches:
         ready, latest = window_start + b.ready, window_start + b.latest_start
         turn = {}
-        if b.index == k and cfg.ahead and not backfill and window_end is not None:
-            latest += cfg.ahead
-            turn = {"turn_ts": window_end + cfg.ahead}
+        if b.index == k and not backfill and window_end is not None:
+            # A fused tail is planned "ready" its start-up before the window's end (the task
+            # and, on spark-submit, its JVM start during the lead); its input is not complete
+            # before the window's end, and it must not fire on time alone before then.
+            ready = max(ready, window_end)
+            if cfg.ahead:
+                latest += cfg.ahead
+                turn = {"turn_ts": window_end + cfg.ahead}
         out.append({
             "query": cfg.query, "window_id": window_id(window_start), "index": b.index, "of": k,
             "units": b.units, "cumulative": b.cumulative, "expected_total": cfg.units, "last": b.index == k,
@@ -487,6 +492,7 @@ def cluster_turn(batch: dict, slots: int, poll: float = TAIL_POLL_S, sleep: Any 
 
     mine = hold(waiting / name)
     run_fd = None
+    acquired = False
 
     def release() -> None:
         nonlocal run_fd
@@ -502,7 +508,7 @@ def cluster_turn(batch: dict, slots: int, poll: float = TAIL_POLL_S, sleep: Any 
                 ahead = [p for p in sorted(waiting.iterdir()) if p.name < name and live(p)]
                 busy = [p for p in running.iterdir() if p.name != name and live(p)]
                 if not ahead and len(busy) < slots:
-                    run_fd = hold(running / name)
+                    run_fd, acquired = hold(running / name), True
                     (waiting / name).unlink(missing_ok=True)
             finally:
                 os.close(lock)
@@ -510,9 +516,8 @@ def cluster_turn(batch: dict, slots: int, poll: float = TAIL_POLL_S, sleep: Any 
                 sleep(poll)
         yield release
     finally:
-        if run_fd is not None:
-            release()
-        else:
+        release()
+        if not acquired:  # once it had its turn, waiting/<name> is no longer this task's
             (waiting / name).unlink(missing_ok=True)
         os.close(mine)
 

@@ -46,7 +46,8 @@ def check_coverage(ws, expect_units: int | None = None, computing: int | None = 
                 partial_dirs[batch_of(p)] = p
     if computing is not None and computing in claims:
         partial_dirs.setdefault(computing, ws.partial_path(computing))
-    missing = sorted(set(claims) - set(partial_dirs))
+    # A batch that found nothing to claim (its claim is empty) has no partial, and needs none.
+    missing = sorted({b for b, m in claims.items() if m.get("units") or m.get("files")} - set(partial_dirs))
     if missing:
         raise DataError(f"{ws.root}: batch(es) {missing} claimed input but have no partial result yet; "
                         f"run them before the final aggregation")

@@ -215,7 +215,7 @@ def test_the_fused_tail_fires_its_lead_early_then_waits_in_process_and_claims(tm
 
 
 def test_dispatch_is_planned_per_batch_and_a_fused_tail_dispatches_before_the_end(tmp_path):
-    from airflow_iqp.runtime import cost_models
+    from airflow_iqp.runtime import cost_models, fire_at
 
     c = cfg(tmp_path, dispatch=3.0)
     cost, agg, source = cost_models(c)
@@ -230,9 +230,12 @@ def test_dispatch_is_planned_per_batch_and_a_fused_tail_dispatches_before_the_en
         wp = plan_window(cfg(tmp_path, dispatch=3.0, fuse_tail=True, backend=backend), START, START + 240,
                          START + 340, now=START)
         *earlier, last = wp.batches
-        assert last["ready_ts"] == START + 240 - startup and earlier, backend
+        assert wp.plan.batches[-1].ready == 240 - startup and earlier, backend
         assert earlier[-1]["latest_start_ts"] + earlier[-1]["cost"] <= last["latest_start_ts"] + 1e-6
-        assert all(b["ready_ts"] <= last["ready_ts"] for b in earlier)
+        assert all(b["ready_ts"] <= START + 240 - startup for b in earlier)
+        # Its input is complete only at the window's end: it never fires on time before then.
+        assert last["ready_ts"] == START + 240 and fire_at(last) >= START + 240 + LAST_UNIT_GRACE_S
+        assert batch_ready(last, START + 240 - 1, arrived=0) is None
     with pytest.raises(ConfigError, match="dispatch"):
         cfg(tmp_path, dispatch=-1)
 
