@@ -275,7 +275,7 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
         plan = build_plan(sized.sizes, arrival, cost, agg, end, rel_deadline)
         if not plan.feasible:
             plan = plan_batches(arrival, cost, agg, end, rel_deadline)
-    batches = batch_entries(cfg, plan, window_start, deadline, backfill, window_end)
+    batches = batch_entries(cfg, plan, window_start, window_end, deadline, backfill)
     if cfg.mode == "dynamic" and not backfill:
         batches = _dynamic_entries(cfg, batches)
     return WindowPlan(query=cfg.query, state_dir=cfg.state_dir, window_id=window_id(window_start), window_start=window_start,
@@ -317,8 +317,8 @@ def _dynamic_entries(cfg: QueryConfig, entries: list[dict]) -> list[dict]:
     return out
 
 
-def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, deadline: float, backfill: bool,
-                  window_end: float | None = None) -> list[dict]:
+def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, window_end: float, deadline: float,
+                  backfill: bool) -> list[dict]:
     """One dict per batch: what the sensor, the submit task and the priority strategies read.
 
     With ``cfg.ahead`` the last batch's entry has ``turn_ts``, the window's end plus ``ahead``:
@@ -330,7 +330,7 @@ def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, deadline: f
     for b in plan.batches:
         ready, latest = window_start + b.ready, window_start + b.latest_start
         turn = {}
-        if b.index == k and not backfill and window_end is not None:
+        if b.index == k and not backfill:
             # A fused tail is planned "ready" its start-up before the window's end (the task
             # and, on spark-submit, its JVM start during the lead); its input is not complete
             # before the window's end, and it must not fire on time alone before then.
