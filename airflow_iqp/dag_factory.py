@@ -21,13 +21,14 @@ FinalConnectOperator). Runs come from a WindowTimetable: one per window, created
 as the window opens.
 
 With ``fuse_tail=True`` the last batch is not a mapped task: ``tail_wait`` (the same
-sensor, deferred, claiming nothing) wakes ``tail_lead`` seconds before the last batch's
-fire time, and ``final`` starts then, opens its session (on spark-submit: starts its job,
-JVM and all), waits for the last batch's input, claims it, and runs the batch and the
-merge in one job. After the window's end only that work is left: no task start, no JVM
-start. The price is one worker held for up to ``tail_lead`` seconds (plus the last unit's
-grace). Several query DAGs on one cluster take turns with their tails (``tail_slots``,
-earliest deadline first) and plan for the turns of those due before them (``ahead``).
+sensor, deferred, claiming nothing) wakes ``tail_lead`` seconds before the window's end,
+and ``final`` starts then, opens its session (on spark-submit: starts its job, JVM and
+all), runs on it the batches that become ready after it started (each when ready, as the
+sensor would fire it), waits for the last batch's input, claims it, and runs the batch
+and the merge in one job. After the window's end only that work is left: no task start,
+no JVM start. The price is one worker held for ``tail_lead`` seconds and more. Several
+query DAGs on one cluster take turns with those batches (``tail_slots``, earliest deadline
+first) and plan for the turns of those due before them (``ahead``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.operators.final import FinalAggregationOperator
 from airflow_iqp.operators.plan import BatchPlanOperator
 from airflow_iqp.operators.submit import BatchSubmitOperator
-from airflow_iqp.runtime import BACKENDS, tail_lead as default_tail_lead
+from airflow_iqp.runtime import BACKENDS
 from airflow_iqp.sensors.ready import BatchReadySensor
 from airflow_iqp.timetables.window import WindowTimetable
 
@@ -76,12 +77,15 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
     :param deadline_alert: attach a DeadlineAlert (off for ``airflow dags test``, which crashes on one in 3.3.2).
     :param mode: ``"plan"`` (Algorithm 1), ``"dynamic"`` (MinBatches) or ``"one_batch"`` (the whole
         window after its end: the baseline, on the same deployment).
-    :param fuse_tail: run the last batch inside the final task, started ``tail_lead`` seconds early.
-    :param tail_lead: seconds before the last batch's fire time that the final task starts
-        (default ``runtime.tail_lead(backend)``: 5 s, 15 s on spark-submit, whose job starts a
-        JVM; 0 starts it when the last batch is ready).
-    :param tail_slots: with fused tails, how many of the state directory's tails run at once,
-        earliest deadline first (0, the default: no limit; 1: the paper's one batch at a time).
+    :param fuse_tail: run the last batch inside the final task, started ``tail_lead`` seconds
+        before the window's end; batches ready after it starts run in it too.
+    :param tail_lead: seconds before the window's end that the final task starts (default
+        ``runtime.tail_lead(backend)``: 5 s, 15 s on spark-submit, whose job starts a JVM; 0
+        starts it at the window's end). Longer leads take batches near the end off Airflow's
+        task starts, at the price of a worker slot held meanwhile.
+    :param tail_slots: with fused tails, how many of the state directory's final tasks' batches
+        run at once, earliest deadline first (0, the default: no limit; 1: the paper's one batch
+        at a time). With it the turn is the gate's: ``ahead`` no longer holds the last batch back.
     :param dispatch: seconds Airflow takes from a batch's claim to its Spark work (sensor
         resume, task start, session), added to every planned batch (default 0).
     :param ahead: seconds after the window's end that the cluster is busy with the final work
@@ -114,7 +118,8 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
             task_id="plan", query=query, landing=landing, units=units, static=static, state_dir=state_dir,
             rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint, final_agg_hint=final_agg_hint,
             backend=backend, mode=mode, rsf=rsf, c_max=c_max, max_batches=max_batches, margin=margin,
-            on_deadline_risk=on_deadline_risk, fuse_tail=fuse_tail, dispatch=dispatch, ahead=ahead)
+            on_deadline_risk=on_deadline_risk, fuse_tail=fuse_tail, dispatch=dispatch, ahead=ahead,
+            tail_lead=tail_lead)
         spark = {"pool": pool} if pool else {}
         if weight_rule:
             spark["weight_rule"] = weight_rule
@@ -132,6 +137,5 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
                          conf=spark_conf, retries=retries, retry_delay=dt.timedelta(seconds=5), **spark)
         batch.expand(entry=plan.output) >> final
         if fuse_tail:
-            lead = default_tail_lead(backend) if tail_lead is None else tail_lead
-            BatchReadySensor(task_id="tail_wait", batch=tail, lead=lead, claim=False) >> final
+            BatchReadySensor(task_id="tail_wait", batch=tail, claim=False) >> final
     return dag

@@ -376,9 +376,10 @@ def batch_state(batch: dict) -> WindowState:
 #: on time alone: firing a moment before them would leave them late for nothing.
 LAST_UNIT_GRACE_S = 2.0
 
-#: With a fused tail the final task starts this long before the last batch's fire time
-#: (default of ``iqp_dag(tail_lead=...)``): enough for Airflow to start the task and for
-#: it to open its Spark session, so that after the window's end only the work remains.
+#: With a fused tail the final task starts this long before the window's end (default of
+#: ``iqp_dag(tail_lead=...)``): enough for Airflow to start the task and for it to open its
+#: Spark session, so that after the window's end only the work remains. Batches ready after
+#: it starts run in it too (:func:`split_tail`).
 TAIL_LEAD_S = 5.0
 #: On spark-submit the fused tail's job also starts a JVM and its session before the window's
 #: end: this much more lead. A trivial job's start is about 8 s here on an idle machine. In
@@ -405,17 +406,17 @@ def fire_at(batch: dict) -> float:
     return batch["latest_start_ts"]
 
 
-def batch_ready(batch: dict, now: float, arrived: int | None = None, early: float = 0.0) -> str | None:
+def batch_ready(batch: dict, now: float, arrived: int | None = None) -> str | None:
     """Why the batch may start now, or None: the paper's dynamic rule, whichever comes first.
 
     ``"units"``: its planned units have arrived (for the last batch, all of the window's)
     and the batch before it has claimed; ``"time"``: its latest safe start has come
-    (:func:`fire_at`), or comes within ``early`` seconds (the fused tail's lead). Never
-    before the batch's turn on a shared cluster (``turn_ts``, see ``QueryConfig.ahead``).
+    (:func:`fire_at`). Never before the batch's turn on a shared cluster (``turn_ts``,
+    see ``QueryConfig.ahead``).
     """
-    if now < batch.get("turn_ts", 0.0) - early:
+    if now < batch.get("turn_ts", 0.0):
         return None
-    if now >= fire_at(batch) - early:
+    if now >= fire_at(batch):
         return "time"
     if arrived is None:
         arrived = len(list_ready_units(batch["landing"]))
@@ -428,24 +429,44 @@ def batch_ready(batch: dict, now: float, arrived: int | None = None, early: floa
     return "units"
 
 
-def split_tail(entries: list[dict]) -> tuple[list[dict], dict | None]:
-    """(the batches mapped as tasks, the last batch): with a fused tail the final task runs the last one."""
-    return (entries[:-1], entries[-1]) if entries else ([], None)
+def tail_started(tail: dict, now: float) -> str | None:
+    """``"lead"`` once a fused tail's final task is due to start (its ``start_ts``,
+    :func:`split_tail`), else None: what the wait before that task fires on."""
+    return "lead" if now >= tail["start_ts"] else None
 
 
-def wait_and_claim_tail(tail: dict, poll: float = TAIL_POLL_S, sleep: Any = time.sleep) -> dict:
-    """In the fused tail's task: wait in process until the last batch may start, then claim for it.
+def split_tail(entries: list[dict], lead: float) -> tuple[list[dict], dict | None]:
+    """(the batches mapped as tasks, the fused tail) of a plan whose final task runs its last batch.
 
-    The task started up to its lead before the last batch's fire time (:func:`fire_at`), so
-    what is left to wait is short; it polls the landing directory every ``poll`` seconds
-    (a directory listing). The wait ends at the batch's fire time at the latest, when
-    :func:`batch_ready` says ``"time"``. Returns the claim manifest (a retry re-reads the
-    same claim).
+    The final task starts ``lead`` seconds before the last batch's input is complete (its
+    ready time, the window's end): the tail is the last entry with that time (``start_ts``)
+    and the batches ready after it (``before``), which the final task runs too, in order, on
+    its own open session: past that point no batch waits for a task to start.
     """
-    if not batch_state(tail).claim_path(tail["index"]).exists():
-        while batch_ready(tail, time.time()) is None:
-            sleep(poll)
-    return claim_batch(tail)
+    if not entries:
+        return [], None
+    *earlier, last = entries
+    start = last["ready_ts"] - lead
+    k = len(earlier)
+    while k and earlier[k - 1]["ready_ts"] >= start:
+        k -= 1
+    return earlier[:k], {**last, "start_ts": start, "before": earlier[k:]}
+
+
+def wait_and_claim(batch: dict, poll: float = TAIL_POLL_S, sleep: Any = time.sleep) -> dict:
+    """In the final task of a fused tail: wait in process until a batch may start, then claim for it.
+
+    The task started before the batch's input is complete, so what is left to wait is
+    short; it polls the landing directory every ``poll`` seconds (a directory listing),
+    and at most once a second until a second before the batch's planned ready time (a
+    task started a minute early does not list the directory 1200 times). The wait ends at
+    the batch's fire time at the latest, when :func:`batch_ready` says ``"time"``. Returns
+    the claim manifest (a retry re-reads the same claim).
+    """
+    if not batch_state(batch).claim_path(batch["index"]).exists():
+        while batch_ready(batch, time.time()) is None:
+            sleep(max(poll, min(1.0, batch["ready_ts"] - 1.0 - time.time())))
+    return claim_batch(batch)
 
 
 @contextmanager
@@ -453,9 +474,9 @@ def cluster_turn(batch: dict, slots: int, poll: float = TAIL_POLL_S, sleep: Any 
     """Run the enclosed Spark work when the batch's turn comes: at most ``slots`` batches at
     once across the queries of one state directory, the earliest deadline first (EDF).
 
-    For fused tails, which all become ready at their windows' ends: run together they share
-    the cluster and the first deadline is missed; the paper's executor runs one batch at a
-    time. ``slots <= 0`` is no gate. Each waiting or running batch holds an ``flock`` on its
+    For the batches the final tasks of fused tails run (:func:`split_tail`), the last ones
+    all ready at their windows' ends: run together they share the cluster and the first
+    deadline is missed; the paper's executor runs one batch at a time. ``slots <= 0`` is no gate. Each waiting or running batch holds an ``flock`` on its
     own file under ``STATE/_turns/``; a killed task's lock goes with its process, so its
     file is stale and ignored. The context yields ``release()``, which gives the turn back
     before the block ends (for work after the result).

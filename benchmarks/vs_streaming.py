@@ -29,9 +29,10 @@ paper's multi-query experiment (section 7.4): the i-th query's deadline is f tim
 sum of the first i queries' D after the window's end.
 
 The ``iqp_*`` runs fuse the last batch into the final task (``fuse_tail=True``), which
-starts ``tail_lead`` seconds before the last batch is due; their planner adds
-:data:`DISPATCH_S` per batch, and their tails run one at a time, earliest deadline first
-(``tail_slots=1``, the paper's one batch at a time).
+starts ``tail_lead`` seconds before the window's end (staggered across the queries:
+:func:`queue_leads`) and runs the batches ready after it starts on its own session; their
+planner adds :data:`DISPATCH_S` per batch, and those batches run one at a time across the
+queries, earliest deadline first (``tail_slots=1``, the paper's one batch at a time).
 
 Recorded per run: ``cpu_seconds`` (the Spark applications' whole process trees, by
 rusage; for Airflow runs every task process's own CPU and the children it reaped, plus
@@ -85,6 +86,16 @@ REFERENCE_WINDOW_S = 15.0
 #: start, session), which the calibrated costs leave out; measured in the quick runs here
 #: (claim to end of task, less the Spark step's own wall time), given to the DAGs' planner.
 DISPATCH_S = {"spark-submit": 2.0, "spark-connect": 1.7}
+#: Each query's final task (its fused tail) starts this long before the window's end, plus
+#: :data:`LEAD_STEP_S` for each query due after it: the earliest-due starts first, and no two
+#: start together. On spark-submit each start is a JVM (about 10 s, 15-20 CPU s here); all
+#: nine are up and idle by the window's end instead of starting while other queries' last
+#: batches run (session 4: 21 s for the first query, due at 14.7 s, with the JVM of the next
+#: one starting beside it). On Spark Connect each start is an Airflow task (2-3 CPU s); the
+#: batches ready after it run in it (``split_tail``), so near the end no batch waits on a
+#: task start.
+LEAD_BASE_S = {"spark-submit": 20.0, "spark-connect": 30.0}
+LEAD_STEP_S = {"spark-submit": 10.0, "spark-connect": 4.0}
 #: What the preparation measures, kept for ``--reuse-prep``.
 PREP_KEYS = ("D", "D_calibrated", "overhead", "reference")
 
@@ -270,6 +281,13 @@ def queue_ahead(offsets: dict) -> dict:
     return {q: (offsets[order[i - 1]] if i else 0.0) for i, q in enumerate(order)}
 
 
+def queue_leads(offsets: dict, backend: str) -> dict:
+    """Each query's ``tail_lead``: :data:`LEAD_BASE_S`, plus :data:`LEAD_STEP_S` per query due after it."""
+    order = sorted(offsets, key=offsets.get)
+    n = len(order)
+    return {q: LEAD_BASE_S[backend] + LEAD_STEP_S[backend] * (n - 1 - i) for i, q in enumerate(order)}
+
+
 def _deadlines(ctx, window_end: float, frac: float, backend: str) -> dict:
     return {q: window_end + off for q, off in deadline_offsets(ctx["queries"], ctx["D"][backend], frac).items()}
 
@@ -299,7 +317,8 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
            "IQP_ANCHOR": iso(anchor), "IQP_END": iso(anchor + 1), "IQP_DEADLINES": json.dumps(offsets),
            "IQP_MARGIN": str(ctx["margin"][backend]), "IQP_FUSE_TAIL": "1",
            "IQP_DISPATCH": str(DISPATCH_S[backend]), "IQP_TAIL_SLOTS": "1", "IQP_AHEAD": json.dumps(aheads),
-           **({"IQP_MODE": "one_batch", "IQP_TAIL_LEAD": "0"} if reference else {}),
+           "IQP_TAIL_LEAD": json.dumps({queries[0]: 0.0} if reference else queue_leads(offsets, backend)),
+           **({"IQP_MODE": "one_batch"} if reference else {}),
            "AIRFLOW__IQP__STATE_DIR": str(state), "AIRFLOW__IQP__POLL_INTERVAL": "0.5",
            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
            "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps(

@@ -45,8 +45,11 @@ class _FinalTask:
         self.state_dir = state_dir or config.state_dir()
 
     def _batches(self) -> list[dict]:
-        """Every batch of the window: the mapped ones, and the fused tail's."""
-        return list(self.plan or []) + ([as_batch(self.tail)] if self.tail else [])
+        """Every batch of the window: the mapped ones, and the fused tail's (those it ran first too)."""
+        if not self.tail:
+            return list(self.plan or [])
+        tail = as_batch(self.tail)
+        return list(self.plan or []) + list(tail.get("before") or []) + [tail]
 
     def _window(self, context) -> WindowState:
         start = context["data_interval_start"].timestamp()
@@ -117,7 +120,8 @@ class FinalAggregationOperator(_FinalTask, _IQPSparkSubmit):
 
     :param query: query id of the catalogue.
     :param plan: the plan task's output (the mapped batch entries).
-    :param tail: the last batch's entry when the final task runs it (a fused tail).
+    :param tail: the plan's fused tail (:func:`~airflow_iqp.runtime.split_tail`): the last
+        batch's entry, and the batches the final task runs before it.
     :param tail_slots: fused tails of the state directory's queries that run at once, earliest
         deadline first (:func:`~airflow_iqp.runtime.cluster_turn`); 0, the default, is no limit.
     :param state_dir: the state directory (default ``[iqp] state_dir``).

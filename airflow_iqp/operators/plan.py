@@ -11,7 +11,7 @@ from airflow_iqp import config
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.notifications.deadline import DeadlineRiskNotifier
 from airflow_iqp.runtime import (
-    QueryConfig, format_window_plan, plan_window, record_task_cpu, split_tail, store_plan,
+    QueryConfig, clock, format_window_plan, plan_window, record_task_cpu, split_tail, store_plan, tail_lead as default_lead,
 )
 from airflow_iqp.state import WindowState
 
@@ -28,7 +28,9 @@ class BatchPlanOperator(BaseOperator):
 
     It logs the plan as a table, stores it as ``STATE/<query>/<window>/plan.json`` and as
     the XCom ``plan``, and returns one entry per batch for mapping. With ``fuse_tail`` the
-    last batch is not mapped: it goes to the XCom ``tail``, for the final task to run. If
+    last batch is not mapped: it goes to the XCom ``tail``, for the final task to run,
+    which starts ``tail_lead`` seconds before the window's end; so do the batches ready
+    after that (:func:`~airflow_iqp.runtime.split_tail`). If
     the deadline cannot be met it warns through ``on_deadline_risk`` (default
     :class:`DeadlineRiskNotifier`: a log line and ``deadline_risk.json``) and returns the
     best-effort plan, the one that finishes earliest.
@@ -43,9 +45,12 @@ class BatchPlanOperator(BaseOperator):
                  backend: str = "spark-submit", mode: str = "plan", rsf: float = 0.5, c_max: float | None = None,
                  max_batches: int = 16, margin: float | None = None, deadline_offset: dt.timedelta | None = None,
                  on_deadline_risk: Any = None, fuse_tail: bool = False, dispatch: float | None = None,
-                 ahead: float | None = None, **kwargs):
+                 ahead: float | None = None, tail_lead: float | None = None, **kwargs):
         super().__init__(**kwargs)
         self.fuse_tail = fuse_tail
+        self.tail_lead = default_lead(backend) if tail_lead is None else float(tail_lead)
+        if not self.tail_lead >= 0:
+            raise ConfigError(f"must be >= 0 seconds, got {tail_lead!r}", "tail_lead")
         self.query, self.landing, self.units, self.static = query, landing, units, static
         self.state_dir = state_dir or config.state_dir()
         self.options = {k: v for k, v in dict(rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint,
@@ -84,6 +89,9 @@ class BatchPlanOperator(BaseOperator):
         self.log.info("plan stored in %s: %d batches", path, len(wp.batches))
         if not self.fuse_tail:
             return wp.batches
-        mapped, tail = split_tail(wp.batches)
+        mapped, tail = split_tail(wp.batches, self.tail_lead)
+        if tail and tail["before"]:
+            self.log.info("the final task starts at %s and runs batches %s too", clock(tail["start_ts"]),
+                          [b["index"] for b in tail["before"]])
         context["ti"].xcom_push(key="tail", value=tail)
         return mapped

@@ -27,6 +27,10 @@ from airflow_iqp.state import read_json
 
 #: Start-up of one spark-submit JVM here is about 20 s; a batch gets this on top of its planned cost.
 SUBMIT_OVERHEAD_S = 60.0
+#: A batch's execution_timeout is never shorter: on a cluster shared by several queries a
+#: batch can take several times its planned cost, and a killed batch is a lost partial and
+#: a retry, later still (one full benchmark run on Spark Connect lost 8 results of 9 that way).
+BATCH_TIMEOUT_MIN_S = 600.0
 
 
 class _BatchTask:
@@ -35,7 +39,7 @@ class _BatchTask:
     overhead_s: float = SUBMIT_OVERHEAD_S
 
     def _batch_timeout(self, batch: dict) -> dt.timedelta:
-        return dt.timedelta(seconds=self.overhead_s + 3 * batch["cost"])
+        return dt.timedelta(seconds=max(BATCH_TIMEOUT_MIN_S, self.overhead_s + 3 * batch["cost"]))
 
     def _before_batch(self, context) -> tuple[dict, Any]:
         """(batch entry, window state); skips when nothing was claimed, fails when a retry is too late."""

@@ -10,7 +10,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_iqp import config
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.runtime import as_batch, batch_ready, batch_state, claim_batch, record_task_cpu
+from airflow_iqp.runtime import as_batch, batch_ready, batch_state, claim_batch, record_task_cpu, tail_started
 from airflow_iqp.triggers.ready import BatchReadyTrigger
 
 
@@ -27,12 +27,12 @@ class BatchReadySensor(BaseSensorOperator):
     the landing directory that no batch has claimed, and returns the claim manifest. A
     retry re-reads the same claim. With nothing to claim, the batch is skipped.
 
-    With ``claim=False`` (the wait before a fused tail's final task) it claims nothing and
-    fires ``lead`` seconds before the batch's fire time, or when its input is ready.
+    With ``claim=False`` (the wait before a fused tail's final task; ``batch`` is the plan's
+    tail, :func:`~airflow_iqp.runtime.split_tail`) it claims nothing and fires at the
+    tail's ``start_ts``: its lead before the window's end.
 
     :param batch: one entry of the plan task's output (mapped).
     :param poll_interval: seconds between checks of the landing directory.
-    :param lead: fire this many seconds before the batch's fire time (only with ``claim=False``).
     :param claim: claim the batch's input when it fires (the default).
     """
 
@@ -40,34 +40,33 @@ class BatchReadySensor(BaseSensorOperator):
     ui_color = "#e8f0fe"
 
     def __init__(self, *, batch: Any, poll_interval: float | None = None, deferrable: bool = True,
-                 lead: float = 0.0, claim: bool = True, **kwargs):
+                 claim: bool = True, **kwargs):
         kwargs.setdefault("mode", "reschedule")
         super().__init__(**kwargs)
-        if lead and claim:
-            raise ConfigError("a sensor that claims fires at the batch's own time; use lead only with claim=False",
-                              "lead")
-        if not lead >= 0:
-            raise ConfigError(f"must be >= 0 seconds, got {lead!r}", "lead")
         self.batch = batch
         self.poll_interval = poll_interval
         self.deferrable = deferrable
-        self.lead = float(lead)
         self.claim = claim
 
+    def _due(self, batch: dict) -> str | None:
+        return batch_ready(batch, time.time()) if self.claim else tail_started(batch, time.time())
+
     def poke(self, context) -> bool:
-        return batch_ready(as_batch(self.batch), time.time(), early=self.lead) is not None
+        return self._due(as_batch(self.batch)) is not None
 
     def execute(self, context) -> Any:
         batch = as_batch(self.batch)
-        reason = batch_ready(batch, time.time(), early=self.lead)
+        if not self.claim and "start_ts" not in batch:
+            raise ConfigError("the wait before a fused tail's final task needs the plan's tail (with start_ts)",
+                              "batch")
+        reason = self._due(batch)
         if reason:
             return self._claim(batch, reason, context)
         if not self.deferrable:
             super().execute(context)
             return self._claim(batch, "poke", context)
         record_task_cpu(batch_state(batch).root, context["ti"], "defer")
-        self.defer(trigger=BatchReadyTrigger(batch, self.poll_interval or config.poll_interval(), self.lead,
-                                             self.claim), method_name="execute_complete")
+        self.defer(trigger=BatchReadyTrigger(batch, self.poll_interval or config.poll_interval(), self.claim), method_name="execute_complete")
 
     def execute_complete(self, context, event: dict | None = None) -> Any:
         return self._claim(as_batch(self.batch), (event or {}).get("reason", "trigger"), context)

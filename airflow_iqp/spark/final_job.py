@@ -10,9 +10,10 @@ result complete. Before merging it checks coverage: every claimed batch has a pa
 and every unit is covered exactly once across the partials (a unit in two partials is an
 error naming both batches).
 
-With ``--tail`` (a fused tail, the last batch's plan entry) the application starts
-before the window's end, warms its session, waits for that batch's input, claims it,
-waits for its turn (``--tail-slots``), runs it into its partial, then merges: after the
+With ``--tail`` (a fused tail: the plan's tail, the last batch's entry with the batches
+ready after the task starts) the application starts before the window's end, warms its
+session, runs those batches as each becomes ready, waits for the last batch's input,
+claims it, waits for its turn (``--tail-slots``), and runs it with the merge: after the
 window's end, no JVM start and one Spark application instead of two (:func:`run_tail`).
 
 No Airflow import here: this file runs on a Spark driver.
@@ -162,20 +163,48 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, sl
     driver, or the Connect task): the session is open and warm before the last batch's
     input is complete, so after the window's end only the work is left.
 
-    Waits for the last batch (``tail``, its plan entry) to be ready, claims its input (a
-    retry re-reads the claim), waits for its turn on the cluster (``slots`` tails at once,
-    earliest deadline first: :func:`airflow_iqp.runtime.cluster_turn`), then runs the batch
-    and the merge (:func:`execute_tail`).
+    ``tail`` is the plan's tail (:func:`airflow_iqp.runtime.split_tail`). First each batch
+    ready after the task started (``tail["before"]``), in order: wait until it may start, as
+    its sensor would, claim, take a turn on the cluster, write its partial. Then the last
+    batch: wait, claim, take a turn and run it with the merge (:func:`execute_tail`). Turns:
+    ``slots`` batches of the state directory at once, earliest deadline first
+    (:func:`airflow_iqp.runtime.cluster_turn`); with a gate the turn is its, and the last
+    batch's ``turn_ts`` (``ahead``) does not hold it back as well. A retry re-reads every
+    claim and skips a partial already written.
     """
-    from airflow_iqp.runtime import cluster_turn, wait_and_claim_tail
+    from airflow_iqp.runtime import cluster_turn, wait_and_claim
 
     spark.range(1).collect()  # the session's first query pays its set-up: not after the window's end
-    claim = wait_and_claim_tail(tail)
+    if slots > 0:
+        tail = {k: v for k, v in tail.items() if k != "turn_ts"}
+    for entry in tail.get("before") or []:
+        _run_batch_in_turn(spark, query_id, window_dir, entry, slots, history)
+    claim = wait_and_claim(tail)
     print(f"airflow-iqp final_job: {tail.get('label', tail['index'])}: claimed {len(claim['units'])} units",
           flush=True)
     with cluster_turn(tail, slots) as turn:
         return execute_tail(spark, query_id, window_dir, tail["index"], tail.get("static") or None, history=history,
                             after_result=turn)
+
+
+def _run_batch_in_turn(spark, query_id: str, window_dir: str | os.PathLike, entry: dict, slots: int,
+                       history: bool) -> None:
+    """One batch of a fused tail before the last: claimed when ready, run in its turn into its partial."""
+    from airflow_iqp.runtime import cluster_turn, wait_and_claim
+    from airflow_iqp.spark.batch_job import execute_batch
+
+    ws = _window_state(Path(window_dir).absolute())
+    claim = wait_and_claim(entry)
+    label = entry.get("label", entry["index"])
+    if not claim["units"]:
+        print(f"airflow-iqp final_job: {label}: nothing to claim", flush=True)
+        return
+    if ws.partial_path(entry["index"]).is_dir():  # a retry: written by the earlier attempt
+        return
+    with cluster_turn(entry, slots):
+        metrics = execute_batch(spark, query_id, ws.claim_path(entry["index"]), entry.get("static") or None,
+                                ws.partial_path(entry["index"]), state_dir=ws.state_dir, history=history)
+    print(f"airflow-iqp final_job: {label}: {metrics['units']} units in {metrics['wall_seconds']:.1f} s", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

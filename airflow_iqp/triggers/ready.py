@@ -18,32 +18,34 @@ class BatchReadyTrigger(BaseTrigger):
     batch's units right there, at the moment it fires: the sensor resumes on a worker
     seconds later, and units that land in between belong to the next batch.
 
-    With ``lead`` it fires that many seconds before the batch's fire time, and with
-    ``claim=False`` it leaves the claim to the task it wakes (a fused tail's final task,
-    which claims when the batch is ready).
+    With ``claim=False`` it fires at a fused tail's ``start_ts`` and leaves the claims to
+    the task it wakes (the final task, which claims when each batch is ready).
     """
 
-    def __init__(self, batch: dict, poll_interval: float = 2.0, lead: float = 0.0, claim: bool = True):
+    def __init__(self, batch: dict, poll_interval: float = 2.0, claim: bool = True):
         super().__init__()
         self.batch = batch
         self.poll_interval = float(poll_interval)
-        self.lead = float(lead)
         self.claim = bool(claim)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"batch": self.batch, "poll_interval": self.poll_interval, "lead": self.lead, "claim": self.claim})
+                {"batch": self.batch, "poll_interval": self.poll_interval, "claim": self.claim})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_iqp.runtime import batch_ready, claim_batch, fire_at
+        from airflow_iqp.runtime import batch_ready, claim_batch, fire_at, tail_started
 
+        wake = fire_at(self.batch) if self.claim else self.batch["start_ts"]
         while True:
             now = time.time()
-            reason = await asyncio.to_thread(batch_ready, self.batch, now, None, self.lead)
+            if self.claim:
+                reason = await asyncio.to_thread(batch_ready, self.batch, now)
+            else:
+                reason = tail_started(self.batch, now)
             if reason:
                 units = None
                 if self.claim:
                     units = len((await asyncio.to_thread(claim_batch, self.batch))["units"])
                 yield TriggerEvent({"reason": reason, "at": now, "units": units})
                 return
-            await asyncio.sleep(max(0.05, min(self.poll_interval, fire_at(self.batch) - self.lead - now)))
+            await asyncio.sleep(max(0.05, min(self.poll_interval, wake - now)))

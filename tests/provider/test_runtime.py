@@ -180,21 +180,28 @@ def test_a_fused_tail_plans_its_merge_without_a_second_start_up(tmp_path):
     assert p_fused.plan.final_agg_cost == pytest.approx(fagg.cost(len(p_fused.batches)))
 
 
-def test_the_fused_tail_fires_its_lead_early_then_waits_in_process_and_claims(tmp_path):
-    from airflow_iqp.runtime import TAIL_LEAD_S, fire_at, split_tail, wait_and_claim_tail
+def test_the_fused_tail_starts_its_lead_before_the_end_then_waits_in_process_and_claims(tmp_path):
+    from airflow_iqp.runtime import split_tail, tail_started, wait_and_claim
 
-    c = cfg(tmp_path, units=6)
-    wp = plan_window(c, START, START + 6, START + 200, now=START)
-    mapped, tail = split_tail(wp.batches)
-    assert mapped == wp.batches[:-1] and tail == wp.batches[-1] and tail["last"]
-    assert split_tail([]) == ([], None)
-    t = fire_at(tail)
-    # The tail's wait wakes its lead early; without the lead it is not yet time.
-    assert batch_ready(tail, t - TAIL_LEAD_S, arrived=0, early=TAIL_LEAD_S) == "time"
-    assert batch_ready(tail, t - TAIL_LEAD_S, arrived=0) is None
+    c = cfg(tmp_path, units=6, rate=6 / 240, cost_hint={"kind": "linear", "per_unit": 30, "per_batch": 5}, margin=0)
+    wp = plan_window(c, START, START + 240, START + 320, now=START)  # 5 batches, one ready every 40-80 s
+    end = wp.batches[-1]["ready_ts"]
+    assert end == START + 240 and len(wp.batches) > 3
+    lead = 100.0
+    mapped, tail = split_tail(wp.batches, lead)
+    assert tail["last"] and tail["start_ts"] == end - lead
+    assert {k: v for k, v in tail.items() if k not in ("start_ts", "before")} == wp.batches[-1]
+    # The batches ready after the final task starts are its to run; the others are mapped.
+    assert mapped + tail["before"] == wp.batches[:-1] and tail["before"]
+    assert all(b["ready_ts"] < tail["start_ts"] <= a["ready_ts"] for b in mapped for a in tail["before"])
+    assert split_tail(wp.batches, 0.0)[1]["before"] == [] and split_tail(wp.batches, 1e6)[0] == []
+    assert mapped and split_tail([], lead) == ([], None)
+    # The wait before the final task fires at its start, whatever has arrived.
+    assert tail_started(tail, end - lead) == "lead" and tail_started(tail, end - lead - 0.1) is None
+    assert batch_ready(tail, end - lead, arrived=0) is None
     landing = tmp_path / "landing"
     land(landing, 4)
-    before = {u for b in mapped for u in claim_batch(b)["units"]}  # earlier batches claim what had arrived
+    before = {u for b in mapped + tail["before"] for u in claim_batch(b)["units"]}  # earlier batches claim
     # The last two units land while the final task waits (each poll is a real sleep's place).
     polls = []
 
@@ -203,7 +210,7 @@ def test_the_fused_tail_fires_its_lead_early_then_waits_in_process_and_claims(tm
         if len(polls) == 3:
             land(landing, 2, first=4)
 
-    manifest = wait_and_claim_tail({**tail, "ready_ts": START + 10_000, "latest_start_ts": START + 10_000},
+    manifest = wait_and_claim({**tail, "ready_ts": START + 10_000, "latest_start_ts": START + 10_000},
                                    sleep=sleep)
     assert len(polls) == 3 and manifest["units"] == [f"{i:06d}" for i in range(6) if f"{i:06d}" not in before]
     claims = read_claims(WindowState(c.state_dir, c.query, wp.window_id))
@@ -211,7 +218,7 @@ def test_the_fused_tail_fires_its_lead_early_then_waits_in_process_and_claims(tm
     assert sorted(every) == [f"{i:06d}" for i in range(6)] and len(every) == len(set(every))
     # A retry re-reads the claim instead of taking units that landed since.
     land(landing, 1, first=6)
-    assert wait_and_claim_tail(tail, sleep=sleep) == manifest
+    assert wait_and_claim(tail, sleep=sleep) == manifest
 
 
 def test_dispatch_is_planned_per_batch_and_a_fused_tail_dispatches_before_the_end(tmp_path):
@@ -255,8 +262,6 @@ def test_queries_ahead_on_the_cluster_shorten_the_plan_and_hold_back_the_last_ba
     # Every unit has landed at the window's end, but the last batch's turn comes 90 s later.
     arrived = last["expected_total"]
     assert batch_ready(last, end + 5, arrived=arrived) is None
-    assert batch_ready(last, end + 85, arrived=arrived, early=6) is not None  # the fused tail's lead
-    assert batch_ready(last, end + 83, arrived=arrived, early=6) is None
     assert batch_ready(last, end + 90, arrived=arrived) is not None
     with pytest.raises(ConfigError, match="ahead"):
         plan_window(cfg(tmp_path, ahead=160.0), START, end, deadline, now=START)

@@ -17,7 +17,9 @@ from airflow_iqp.spark.final_job import execute_final
 from airflow_iqp.spark.queries import get_query
 from airflow_iqp.spark.steps import run_batch, run_final, write_atomic
 from airflow_iqp.spark.window import split_consecutive
-from airflow_iqp.state import WindowState, atomic_write_json, claim_units, read_cost_history, unit_files
+from airflow_iqp.state import (
+    WindowState, atomic_write_json, claim_units, read_claims, read_cost_history, unit_files,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -112,6 +114,60 @@ def test_a_fused_tail_merges_its_batch_in_one_job_then_writes_its_partial_and_a_
     # The merge's cost history has no record with a batch's work in it.
     finals = [r for r in read_cost_history(tmp_path, query=qid) if r["kind"] == "final"]
     assert len(finals) == 1 and finals[0]["batches"] == 3
+
+
+def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_units_land(
+        spark, units, tpch_dir, tmp_path):
+    """``run_tail`` with ``before``: the final task, started early, runs batch 2 when its units
+    are in and batch 3 (with the merge) when the window's last units land, from a real
+    landing directory; with a gate (``slots=1``) the last batch's ``turn_ts`` does not hold it."""
+    import threading
+    import time
+
+    from airflow_iqp.runtime import claim_batch, split_tail
+    from airflow_iqp.spark.final_job import run_tail
+
+    qid, static = "cq3", str(tpch_dir / "static")
+    landing, state = tmp_path / "landing", tmp_path / "state"
+    landing.mkdir()
+    now = time.time()
+    far = now + 3600  # no batch fires on time alone here: each waits for its units
+    entries = [{"query": qid, "window_id": "w", "index": i, "of": 3, "units": n, "cumulative": c,
+                "expected_total": len(units), "last": i == 3, "ready_ts": now + r, "latest_start_ts": far,
+                "deadline_ts": far, "landing": str(landing), "state_dir": str(state), "static": static,
+                "label": f"batch {i}/3"} for i, n, c, r in ((1, 2, 2, 0.0), (2, 2, 4, 1.0), (3, 2, 6, 2.0))]
+    entries[-1]["turn_ts"] = now + 30  # ``ahead``: without the gate it would wait for this
+    mapped, tail = split_tail(entries, lead=1.5)
+    assert [b["index"] for b in mapped] == [1] and [b["index"] for b in tail["before"]] == [2]
+    for u in units[:3]:
+        shutil.copytree(u, landing / u.name)
+    claim_batch(mapped[0])  # the mapped batch's sensor: the 3 units there are
+    ws = WindowState(state, qid, "w")
+    execute_batch(spark, qid, ws.claim_path(1), static, ws.partial_path(1))
+
+    def land():  # the rest arrives while the final task waits
+        for u in units[3:]:
+            time.sleep(0.7)
+            shutil.copytree(u, landing / f".{u.name}")
+            (landing / f".{u.name}").rename(landing / u.name)
+
+    lander = threading.Thread(target=land)
+    lander.start()
+    t0 = time.time()
+    manifest = run_tail(spark, qid, ws.root, tail, slots=1)
+    lander.join()
+    assert time.time() - t0 < 25  # the gate's turn, not turn_ts 30 s away
+    claims = read_claims(ws)
+    assert [len(claims[i]["units"]) for i in (1, 2, 3)] == [3, 1, 2]  # batch 2 fired when 4 units were in
+    assert ws.partial_path(2).is_dir() and ws.partial_path(3).is_dir()
+    assert manifest["batches"] == [1, 2, 3] and manifest["units"] == [u.name for u in units]
+    cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
+    assert_same_rows(result_rows(spark, ws), ref, ordered=get_query(qid).ordered, label="tail with before")
+    # A retry re-reads every claim and recomputes no written partial: the result is the same.
+    written = ws.partial_path(2).stat().st_mtime
+    run_tail(spark, qid, ws.root, tail, slots=1)
+    assert ws.partial_path(2).stat().st_mtime == written
+    assert_same_rows(result_rows(spark, ws), ref, ordered=get_query(qid).ordered, label="tail retried")
 
 
 def test_a_unit_in_two_partials_is_an_error_naming_both_batches(spark, units, tpch_dir, tmp_path):
