@@ -24,7 +24,7 @@ from airflow_iqp.planning.models import (
     CostModel, EmpiricalArrival, FinalAggCost, PiecewiseLinearFinalAgg, cost_model_from_dict, final_agg_from_dict,
     fit_piecewise_linear, plus_fixed,
 )
-from airflow_iqp.planning.planner import Plan, build_plan, plan_batches
+from airflow_iqp.planning.planner import IDLE, Plan, build_plan, executed, plan_batches
 from airflow_iqp.state import (
     WindowState, atomic_write_json, claim_units, list_ready_units, read_claims, read_cost_history, read_json,
     unit_files,
@@ -86,6 +86,13 @@ class QueryConfig:
     #: earliest deadline first: ``tail_slots``). The window is planned against the deadline
     #: less this, and its last batch does not start before the window's end plus this.
     ahead: float = 0.0
+    #: The other queries on this cluster over the same arriving units (same landing, units,
+    #: arrival hint, backend and settings; each its own cost models from the cost history):
+    #: query id -> its deadline, seconds after the window's end. The queries due before this
+    #: one (earliest deadline first) are planned first, and this window is planned in the
+    #: executor time they leave (:class:`~airflow_iqp.planning.models.Busy`): joint
+    #: planning, instead of ``ahead``'s fixed reservation after the window's end.
+    shares: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if not isinstance(self.units, int) or self.units < 1:
@@ -102,6 +109,13 @@ class QueryConfig:
             raise ConfigError(f"must be >= 0 seconds, got {self.margin!r}", "margin")
         if not self.ahead >= 0:
             raise ConfigError(f"must be >= 0 seconds, got {self.ahead!r}", "ahead")
+        if not isinstance(self.shares, dict) or not all(
+                isinstance(q, str) and isinstance(v, (int, float)) and v >= 0 for q, v in self.shares.items()):
+            raise ConfigError(f"must map query ids to deadlines in seconds >= 0 after the window's end, "
+                              f"got {self.shares!r}", "shares")
+        if self.shares and self.ahead:
+            raise ConfigError("give shares (plan with the other queries' work) or ahead (a fixed reservation "
+                              "after the window's end), not both", "ahead")
         if self.rate is not None and not self.rate > 0:
             raise ConfigError(f"must be > 0 units per second, got {self.rate!r}", "rate")
         cost_model_from_dict(self.cost_hint, "cost_hint")
@@ -234,30 +248,55 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
     if deadline < window_end:
         raise ConfigError(f"the deadline ({deadline}) is before the window end ({window_end})", "deadline_offset")
     length = window_end - window_start
-    cost, agg, models = cost_models(cfg)
     arrived = len(list_ready_units(cfg.landing))
     backfill = now >= window_end and arrived >= cfg.units
-    offsets = (observed_offsets(cfg) if cfg.arrival == "observed" else None) or arrival_offsets_hint(cfg, length)
-    arrival = EmpiricalArrival(tuple(min(o, length) for o in offsets))
     if cfg.ahead and not cfg.ahead < deadline - window_end:
         raise ConfigError(f"the queries ahead of this one ({cfg.ahead:g} s) leave it no time before its deadline "
                           f"({deadline - window_end:g} s after the window's end); give less, or a later deadline",
                           "ahead")
+    busy, shared = IDLE, ""
+    if cfg.shares and not backfill:
+        # Joint planning: the queries due before this one, earliest deadline first, each in
+        # the executor time the ones before it leave; this window gets what is left.
+        own = (deadline - window_end, cfg.query)
+        before = sorted((off, q) for q, off in cfg.shares.items() if q != cfg.query and (off, q) < own)
+        for off, q in before:
+            other, _m = _plan(replace(cfg, query=q, shares={}), length, window_end - window_start + off, False, 0.0,
+                              busy)
+            busy = busy.plus(executed(other, busy))
+        shared = (f"; planned after {', '.join(q for _o, q in before)} on the same cluster "
+                  f"({sum(e - s for s, e in busy.intervals):.1f} s of theirs)" if before else "")
     # Queries due earlier have the cluster for ``ahead`` seconds after the window's end: this
     # window's work after its end gets what is left of the deadline.
     rel_deadline = deadline - window_start - cfg.ahead
+    plan, models = _plan(cfg, length, rel_deadline, backfill, now - window_start, busy)
+    models += shared
+    batches = batch_entries(cfg, plan, window_start, window_end, deadline, backfill)
+    if cfg.mode == "dynamic" and not backfill:
+        batches = _dynamic_entries(cfg, batches)
+    return WindowPlan(query=cfg.query, state_dir=cfg.state_dir, window_id=window_id(window_start), window_start=window_start,
+                      window_end=window_end, deadline=deadline, planned_at=now, plan=plan, batches=batches,
+                      backfill=backfill, models=models)
+
+
+def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, rel_now: float,
+          busy) -> tuple[Plan, str]:
+    """One query's plan on the window's axis (0 = its start), in the executor time ``busy``
+    leaves; and where its models came from."""
+    cost, agg, models = cost_models(cfg)
+    offsets = (observed_offsets(cfg) if cfg.arrival == "observed" else None) or arrival_offsets_hint(cfg, length)
+    arrival = EmpiricalArrival(tuple(min(o, length) for o in offsets))
     if backfill:
         # Everything is there: one batch, ready now. The deadline (long past for an old
         # window) is the planner's business only to say whether it is met.
-        rel_now = now - window_start
         plan = build_plan([cfg.units], EmpiricalArrival((rel_now,) * cfg.units), cost, agg, rel_now,
                           max(rel_deadline, rel_now))
         models += "; backfill: the window's input is complete, one batch"
     elif cfg.mode == "dynamic":
-        plan = _minbatch_plan(cfg, arrival, cost, agg, length, rel_deadline)
+        plan = _minbatch_plan(cfg, arrival, cost, agg, length, rel_deadline, busy)
         models += f"; dynamic: MinBatches for rsf {cfg.rsf}"
     elif cfg.mode == "one_batch":
-        plan = build_plan([cfg.units], arrival, cost, agg, length, rel_deadline, method="one_batch")
+        plan = build_plan([cfg.units], arrival, cost, agg, length, rel_deadline, method="one_batch", busy=busy)
         models += "; one_batch: the whole window after its end"
     else:
         # A fused tail's task is started before the window's end (tail_lead), so the last
@@ -271,24 +310,19 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
         # Cut the batches against the deadline less the margin, then state their latest
         # starts and feasibility against the true deadline: each batch keeps at least
         # the margin between its input being ready and its latest safe start.
-        sized = plan_batches(arrival, cost, agg, end, max(length, rel_deadline - cfg.margin))
-        plan = build_plan(sized.sizes, arrival, cost, agg, end, rel_deadline)
+        sized = plan_batches(arrival, cost, agg, end, max(length, rel_deadline - cfg.margin), busy)
+        plan = build_plan(sized.sizes, arrival, cost, agg, end, rel_deadline, busy=busy)
         if not plan.feasible:
-            plan = plan_batches(arrival, cost, agg, end, rel_deadline)
-    batches = batch_entries(cfg, plan, window_start, window_end, deadline, backfill)
-    if cfg.mode == "dynamic" and not backfill:
-        batches = _dynamic_entries(cfg, batches)
-    return WindowPlan(query=cfg.query, state_dir=cfg.state_dir, window_id=window_id(window_start), window_start=window_start,
-                      window_end=window_end, deadline=deadline, planned_at=now, plan=plan, batches=batches,
-                      backfill=backfill, models=models)
+            plan = plan_batches(arrival, cost, agg, end, rel_deadline, busy)
+    return plan, models
 
 
-def _minbatch_plan(cfg, arrival, cost, agg, length, rel_deadline) -> Plan:
+def _minbatch_plan(cfg, arrival, cost, agg, length, rel_deadline, busy=IDLE) -> Plan:
     """Section 4's dynamic mode: cut the window into MinBatches (at most ``max_batches``)."""
     mb = min_batch_size(cost, agg, cfg.units, cfg.rsf, cfg.c_max)
     size = max(mb.size, -(-cfg.units // cfg.max_batches))
     sizes = [size] * (cfg.units // size) + ([cfg.units % size] if cfg.units % size else [])
-    plan = build_plan(sizes, arrival, cost, agg, length, rel_deadline, method="minbatch")
+    plan = build_plan(sizes, arrival, cost, agg, length, rel_deadline, method="minbatch", busy=busy)
     plan.extra["min_batch"] = mb.to_dict()
     return plan
 

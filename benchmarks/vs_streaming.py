@@ -31,8 +31,10 @@ sum of the first i queries' D after the window's end.
 The ``iqp_*`` runs fuse the last batch into the final task (``fuse_tail=True``), which
 starts ``tail_lead`` seconds before the window's end (staggered across the queries:
 :func:`queue_leads`) and runs the batches ready after it starts on its own session; their
-planner adds :data:`DISPATCH_S` per batch, and those batches run one at a time across the
-queries, earliest deadline first (``tail_slots=1``, the paper's one batch at a time).
+planner adds :data:`PLAN_DISPATCH_S` per batch, and those batches run one at a time across
+the queries, earliest deadline first (``tail_slots=1``, the paper's one batch at a time).
+With several queries each DAG plans its window jointly with the queries due before it
+(``shares``: each in the executor time the earlier-due ones leave).
 
 Recorded per run: ``cpu_seconds`` (the Spark applications' whole process trees, by
 rusage; for Airflow runs every task process's own CPU and the children it reaped, plus
@@ -86,16 +88,24 @@ REFERENCE_WINDOW_S = 15.0
 #: start, session), which the calibrated costs leave out; measured in the quick runs here
 #: (claim to end of task, less the Spark step's own wall time), given to the DAGs' planner.
 DISPATCH_S = {"spark-submit": 2.0, "spark-connect": 1.7}
+#: What the DAGs plan with. On Spark Connect the final tasks start 30 s and more before the
+#: window's end (:func:`queue_leads`) and run every batch ready after that on their open
+#: sessions, where no batch pays a dispatch; only early batches are mapped tasks, with
+#: slack to spare. Planned at 1.7 s each, the nine queries' batches near the end did not
+#: fit their deadlines in the joint plan at all.
+PLAN_DISPATCH_S = {"spark-submit": DISPATCH_S["spark-submit"], "spark-connect": 0.0}
 #: Each query's final task (its fused tail) starts this long before the window's end, plus
 #: :data:`LEAD_STEP_S` for each query due after it: the earliest-due starts first, and no two
 #: start together. On spark-submit each start is a JVM (about 10 s, 15-20 CPU s here); all
 #: nine are up and idle by the window's end instead of starting while other queries' last
 #: batches run (session 4: 21 s for the first query, due at 14.7 s, with the JVM of the next
-#: one starting beside it). On Spark Connect each start is an Airflow task (2-3 CPU s); the
-#: batches ready after it run in it (``split_tail``), so near the end no batch waits on a
-#: task start.
-LEAD_BASE_S = {"spark-submit": 20.0, "spark-connect": 30.0}
-LEAD_STEP_S = {"spark-submit": 10.0, "spark-connect": 4.0}
+#: one starting beside it). On Spark Connect each start is an Airflow task and a session
+#: (2-3 CPU s); the batches ready after it run in it (``split_tail``), one at a time across
+#: the queries. With 30-62 s of lead the nine starts fell among the queries' big batches,
+#: which took 3-10 times their calibrated cost (a 237-unit batch 13.7 s, planned 1.4 s);
+#: started from the window's second minute, every batch of the joint plans runs in them.
+LEAD_BASE_S = {"spark-submit": 20.0, "spark-connect": 100.0}
+LEAD_STEP_S = {"spark-submit": 10.0, "spark-connect": 10.0}
 #: What the preparation measures, kept for ``--reuse-prep``.
 PREP_KEYS = ("D", "D_calibrated", "overhead", "reference")
 
@@ -274,13 +284,6 @@ def deadline_offsets(queries: list[str], d: dict, frac: float) -> dict:
     return out
 
 
-def queue_ahead(offsets: dict) -> dict:
-    """Each query's ``ahead``: the cluster is the earlier-due queries' until the deadline of the
-    query due just before it (their tails run one at a time, earliest deadline first)."""
-    order = sorted(offsets, key=offsets.get)
-    return {q: (offsets[order[i - 1]] if i else 0.0) for i, q in enumerate(order)}
-
-
 def queue_leads(offsets: dict, backend: str) -> dict:
     """Each query's ``tail_lead``: :data:`LEAD_BASE_S`, plus :data:`LEAD_STEP_S` per query due after it."""
     order = sorted(offsets, key=offsets.get)
@@ -309,14 +312,14 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
     else:
         offsets = deadline_offsets(queries, ctx["D"][backend], frac)
         arrivals = arrival_offsets("fixed", ctx["rate"], ctx["units"], window)
-    aheads = queue_ahead(offsets)
     anchor = (int(time.time()) // 5) * 5 + 60  # the window opens once Airflow is up
     iso = lambda ts: datetime.fromtimestamp(ts, timezone.utc).isoformat()  # noqa: E731
     env = {"IQP_QUERIES": ",".join(queries), "IQP_BACKEND": backend, "IQP_LANDING": str(landing),
            "IQP_STATIC": ctx["static"], "IQP_UNITS": str(ctx["units"]), "IQP_WINDOW_S": str(window),
            "IQP_ANCHOR": iso(anchor), "IQP_END": iso(anchor + 1), "IQP_DEADLINES": json.dumps(offsets),
            "IQP_MARGIN": str(ctx["margin"][backend]), "IQP_FUSE_TAIL": "1",
-           "IQP_DISPATCH": str(DISPATCH_S[backend]), "IQP_TAIL_SLOTS": "1", "IQP_AHEAD": json.dumps(aheads),
+           "IQP_DISPATCH": str(PLAN_DISPATCH_S[backend]), "IQP_TAIL_SLOTS": "1",
+           "IQP_SHARES": "0" if reference else "1",
            "IQP_TAIL_LEAD": json.dumps({queries[0]: 0.0} if reference else queue_leads(offsets, backend)),
            **({"IQP_MODE": "one_batch"} if reference else {}),
            "AIRFLOW__IQP__STATE_DIR": str(state), "AIRFLOW__IQP__POLL_INTERVAL": "0.5",

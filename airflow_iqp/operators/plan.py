@@ -16,6 +16,15 @@ from airflow_iqp.runtime import (
 from airflow_iqp.state import WindowState
 
 
+def _seconds(mapping: dict | None, field: str) -> dict | None:
+    """``{query: timedelta or seconds}`` as seconds."""
+    if mapping is None:
+        return None
+    if not isinstance(mapping, dict):
+        raise ConfigError(f"must map query ids to deadline offsets, got {mapping!r}", field)
+    return {q: v.total_seconds() if isinstance(v, dt.timedelta) else v for q, v in mapping.items()}
+
+
 class BatchPlanOperator(BaseOperator):
     """Plans the fewest, largest batches of this run's window that meet its deadline.
 
@@ -45,7 +54,8 @@ class BatchPlanOperator(BaseOperator):
                  backend: str = "spark-submit", mode: str = "plan", rsf: float = 0.5, c_max: float | None = None,
                  max_batches: int = 16, margin: float | None = None, deadline_offset: dt.timedelta | None = None,
                  on_deadline_risk: Any = None, fuse_tail: bool = False, dispatch: float | None = None,
-                 ahead: float | None = None, tail_lead: float | None = None, **kwargs):
+                 ahead: float | None = None, tail_lead: float | None = None, shares: dict | None = None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.fuse_tail = fuse_tail
         self.tail_lead = default_lead(backend) if tail_lead is None else float(tail_lead)
@@ -56,7 +66,8 @@ class BatchPlanOperator(BaseOperator):
         self.options = {k: v for k, v in dict(rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint,
                                                final_agg_hint=final_agg_hint, backend=backend, mode=mode, rsf=rsf,
                                                c_max=c_max, max_batches=max_batches, margin=margin,
-                                               fuse_tail=fuse_tail, dispatch=dispatch, ahead=ahead).items()
+                                               fuse_tail=fuse_tail, dispatch=dispatch, ahead=ahead,
+                                               shares=_seconds(shares, "shares")).items()
                         if v is not None}
         self.deadline_offset = deadline_offset
         self.on_deadline_risk = on_deadline_risk or DeadlineRiskNotifier()

@@ -609,3 +609,74 @@ def _in_range(n: int, total: int) -> None:
 
 #: No final aggregation (the paper's "negligible" case).
 NO_FINAL_AGG = LinearFinalAgg()
+
+
+# ------------------------------------------------------------------- busy time
+
+
+@dataclass(frozen=True)
+class Busy:
+    """When one executor is busy with other queries' work: sorted, disjoint ``[start, end)``.
+
+    Several queries on one cluster are planned one after another, earliest deadline first
+    (:func:`airflow_iqp.planning.shared.plan_shared`); each plan gets the time the plans
+    before it take. The planner then counts only free time: a batch that needs ``d``
+    seconds and ends at ``t`` starts at :meth:`before` ``(t, d)``. Work is treated as
+    divisible around busy time (a batch of this query fits in the gaps); the executor that
+    runs the plans takes one batch at a time, earliest deadline first. The empty ``Busy()``
+    is plain arithmetic: ``before(t, d) == t - d``.
+    """
+
+    intervals: tuple[tuple[float, float], ...] = ()
+
+    def free(self, a: float, b: float) -> float:
+        """Free seconds in ``[a, b]`` (negative when ``b < a``, as ``b - a`` is)."""
+        if b <= a or not self.intervals:
+            return b - a
+        return (b - a) - sum(max(0.0, min(e, b) - max(s, a)) for s, e in self.intervals)
+
+    def before(self, t: float, d: float) -> float:
+        """The latest start ``s`` with ``d`` free seconds in ``[s, t]``."""
+        if not self.intervals:
+            return t - d
+        for s, e in reversed(self.intervals):
+            if s >= t:
+                continue
+            e = min(e, t)
+            if t - e >= d:
+                return t - d
+            d -= t - e
+            t = s
+        return t - d
+
+    def after(self, t: float, d: float) -> float:
+        """The earliest end ``e`` with ``d`` free seconds in ``[t, e]``."""
+        return self.used(t, d)[-1][1] if d > 0 and self.intervals else t + d
+
+    def used(self, t: float, d: float) -> list[tuple[float, float]]:
+        """The free pieces that ``d`` seconds of work started at ``t`` takes, in order."""
+        if d <= 0:
+            return [(t, t)]
+        pieces = []
+        for s, e in self.intervals:
+            if e <= t:
+                continue
+            if s > t:
+                take = min(d, s - t)
+                pieces.append((t, t + take))
+                d -= take
+                if d <= 0:
+                    return pieces
+            t = max(t, e)
+        pieces.append((t, t + d))
+        return pieces
+
+    def plus(self, pieces) -> "Busy":
+        """This busy time and ``pieces`` ((start, end) pairs), merged."""
+        out: list[list[float]] = []
+        for s, e in sorted([*self.intervals, *((float(s), float(e)) for s, e in pieces if e > s)]):
+            if out and s <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], e)
+            else:
+                out.append([s, e])
+        return Busy(tuple((s, e) for s, e in out))

@@ -21,7 +21,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from airflow_iqp.planning.models import ArrivalModel, CostModel, FinalAggCost, LinearCost, within
+from airflow_iqp.planning.models import ArrivalModel, Busy, CostModel, FinalAggCost, LinearCost, within
+
+#: No other work on the executor: the planner's times are plain arithmetic.
+IDLE = Busy()
 
 
 @dataclass(frozen=True)
@@ -107,32 +110,35 @@ class Plan:
 
 
 def schedule_without_agg_cost(arrival: ArrivalModel, cost: CostModel, window_end: float,
-                              last_batch_deadline: float) -> list[int] | None:
+                              last_batch_deadline: float, busy: Busy = IDLE) -> list[int] | None:
     """Function 1 of the paper: batch sizes, last batch first; None if nothing fits.
 
     ``last_batch_deadline`` is deadlineQ minus the assumed final-aggregation cost.
+    ``busy``: time the executor gives to queries planned before this one; only the free
+    time between two points counts (:class:`~airflow_iqp.planning.models.Busy`).
     """
     pending = arrival.total
     if pending == 0:
         return []
-    n = min(pending, cost.capacity(last_batch_deadline - window_end))
+    n = min(pending, cost.capacity(busy.free(window_end, last_batch_deadline)))
     if n <= 0:
         return None
     sizes = [n]
     pending -= n
-    time_pt = last_batch_deadline - cost.cost(n)
+    time_pt = busy.before(last_batch_deadline, cost.cost(n))
     while pending > 0:
         avail = arrival.time_of(pending)
-        n = min(pending, cost.capacity(time_pt - avail))
+        n = min(pending, cost.capacity(busy.free(avail, time_pt)))
         if n <= 0:
             return None
         sizes.append(n)
         pending -= n
-        time_pt -= cost.cost(n)
+        time_pt = busy.before(time_pt, cost.cost(n))
     return sizes
 
 
-def _fits(arrival, cost, final_agg, window_end, deadline, passes: list[int] | None = None) -> list[int] | None:
+def _fits(arrival, cost, final_agg, window_end, deadline, passes: list[int] | None = None,
+          busy: Busy = IDLE) -> list[int] | None:
     """The fewest batches that finish, final aggregation included, by ``deadline``.
 
     One batch after the window's end if it fits (eq. 2-3, no final aggregation);
@@ -147,11 +153,12 @@ def _fits(arrival, cost, final_agg, window_end, deadline, passes: list[int] | No
     total = arrival.total
     if total == 0:
         return []
-    if within(window_end + cost.cost(total), deadline):
+    if within(busy.after(window_end, cost.cost(total)), deadline):
         return [total]
     assumed, runs = 2, 0
     while True:
-        sizes = schedule_without_agg_cost(arrival, cost, window_end, deadline - final_agg.cost(assumed))
+        sizes = schedule_without_agg_cost(arrival, cost, window_end, busy.before(deadline, final_agg.cost(assumed)),
+                                          busy)
         runs += 1
         # The paper's stopping rule: the plan's own final aggregation costs no more
         # than the one assumed, so the plan meets the deadline as it is.
@@ -163,7 +170,7 @@ def _fits(arrival, cost, final_agg, window_end, deadline, passes: list[int] | No
 
 
 def plan_batches(arrival: ArrivalModel, cost: CostModel, final_agg: FinalAggCost,
-                 window_end: float, deadline: float) -> Plan:
+                 window_end: float, deadline: float, busy: Busy = IDLE) -> Plan:
     """Plan the fewest, largest batches that meet ``deadline`` (Algorithm 1).
 
     When no plan meets the deadline, returns the plan that finishes earliest, found
@@ -178,12 +185,13 @@ def plan_batches(arrival: ArrivalModel, cost: CostModel, final_agg: FinalAggCost
     """
     _check_window(arrival, window_end, deadline)
     passes: list[int] = []
-    sizes = _fits(arrival, cost, final_agg, window_end, deadline, passes)
+    sizes = _fits(arrival, cost, final_agg, window_end, deadline, passes, busy)
     if sizes is not None:
-        plan = build_plan(sizes, arrival, cost, final_agg, window_end, deadline)
+        plan = build_plan(sizes, arrival, cost, final_agg, window_end, deadline, busy=busy)
     else:
-        finish, sizes = _earliest_finish(arrival, cost, final_agg, window_end, deadline, passes)
-        plan = build_plan(sizes, arrival, cost, final_agg, window_end, deadline, latest_from=finish)
+        finish, sizes = _earliest_finish(arrival, cost, final_agg, window_end, deadline, passes, busy)
+        plan = build_plan(sizes, arrival, cost, final_agg, window_end, deadline, latest_from=finish,
+                          busy=busy)
     plan.extra["function1_runs"] = sum(passes)
     if not isinstance(cost, LinearCost):
         plan.extra["note"] = ("Function 1 finds the fewest batches for linear cost models; with this one it may "
@@ -191,16 +199,17 @@ def plan_batches(arrival: ArrivalModel, cost: CostModel, final_agg: FinalAggCost
     return plan
 
 
-def _earliest_finish(arrival, cost, final_agg, window_end, deadline, passes) -> tuple[float, list[int]]:
+def _earliest_finish(arrival, cost, final_agg, window_end, deadline, passes,
+                     busy: Busy = IDLE) -> tuple[float, list[int]]:
     lo = deadline
-    hi = window_end + cost.cost(arrival.total)  # one batch after the window end always fits
-    best = _fits(arrival, cost, final_agg, window_end, hi, passes)
+    hi = busy.after(window_end, cost.cost(arrival.total))  # one batch after the window end always fits
+    best = _fits(arrival, cost, final_agg, window_end, hi, passes, busy)
     assert best is not None
     for _ in range(100):
         if hi - lo <= 1e-9 * max(1.0, abs(hi)):
             break
         mid = (lo + hi) / 2
-        sizes = _fits(arrival, cost, final_agg, window_end, mid, passes)
+        sizes = _fits(arrival, cost, final_agg, window_end, mid, passes, busy)
         if sizes is None:
             lo = mid
         else:
@@ -222,9 +231,23 @@ def _check_window(arrival: ArrivalModel, window_end: float, deadline: float) -> 
 # ------------------------------------------------------------ plan from sizes
 
 
+def executed(plan: Plan, busy: Busy = IDLE) -> list[tuple[float, float]]:
+    """The executor time ``plan`` takes, each batch starting as soon as it is ready and the
+    batch before it is done, in the time ``busy`` leaves free, then its final aggregation:
+    what a query planned after this one on the same executor sees as busy."""
+    pieces: list[tuple[float, float]] = []
+    t = float("-inf")
+    for b in plan.batches:
+        got = busy.used(max(t, b.ready), b.cost)
+        pieces += got
+        t = got[-1][1]
+    pieces += busy.used(t if plan.batches else plan.window_end, plan.final_agg_cost)
+    return pieces
+
+
 def build_plan(sizes: list[int], arrival: ArrivalModel, cost: CostModel, final_agg: FinalAggCost,
                window_end: float, deadline: float, *, latest_from: float | None = None,
-               method: str = "greedy") -> Plan:
+               method: str = "greedy", busy: Busy = IDLE) -> Plan:
     """Turn batch sizes (in time order) into a :class:`Plan`, checking it against the deadline.
 
     Every planner (Function 1, the solver, the MinBatch cutter) describes its plan
@@ -241,13 +264,13 @@ def build_plan(sizes: list[int], arrival: ArrivalModel, cost: CostModel, final_a
     # Earliest finish: each batch as soon as it is ready and the executor is free.
     t = float("-inf")
     for r, c in zip(ready, costs):
-        t = max(t, r) + c
-    finish = (t if k else window_end) + agg
+        t = busy.after(max(t, r), c)
+    finish = busy.after(t if k else window_end, agg)
     # Latest starts: backwards from the deadline (or the earliest finish if missed).
-    end = (deadline if latest_from is None else latest_from) - agg
+    end = busy.before(deadline if latest_from is None else latest_from, agg)
     latest = [0.0] * k
     for i in range(k - 1, -1, -1):
-        latest[i] = end - costs[i]
+        latest[i] = busy.before(end, costs[i])
         end = latest[i]
     batches, cum = [], 0
     for i, n in enumerate(sizes):

@@ -4,8 +4,8 @@ Configured by environment (the benchmark sets it): IQP_QUERIES (comma-separated 
 IQP_BACKEND, IQP_LANDING, IQP_STATIC, IQP_UNITS, IQP_WINDOW_S, IQP_ANCHOR / IQP_END (ISO
 times: the one window), IQP_DEADLINES (JSON: query -> seconds after the window's end),
 IQP_MARGIN (seconds), IQP_MODE ("plan" or "one_batch"), IQP_FUSE_TAIL ("1": the final task
-runs the last batch), IQP_DISPATCH (seconds), IQP_TAIL_SLOTS, IQP_AHEAD and IQP_TAIL_LEAD
-(JSON: query -> seconds). Cost models come from the calibrated fits in the state directory.
+runs the last batch), IQP_DISPATCH (seconds), IQP_TAIL_SLOTS, IQP_TAIL_LEAD (JSON: query ->
+seconds), IQP_SHARES ("1": plan jointly with the other queries, their deadlines IQP_DEADLINES). Cost models come from the calibrated fits in the state directory.
 """
 
 import json
@@ -17,7 +17,6 @@ from airflow_iqp.dag_factory import iqp_dag
 if os.environ.get("IQP_QUERIES"):
     ANCHOR = datetime.fromisoformat(os.environ["IQP_ANCHOR"])
     DEADLINES = json.loads(os.environ["IQP_DEADLINES"])
-    AHEAD = json.loads(os.environ.get("IQP_AHEAD") or "{}")
     LEAD = json.loads(os.environ.get("IQP_TAIL_LEAD") or "{}")
     for query in os.environ["IQP_QUERIES"].split(","):
         globals()[f"bench_{query}"] = iqp_dag(
@@ -28,5 +27,6 @@ if os.environ.get("IQP_QUERIES"):
             mode=os.environ.get("IQP_MODE", "plan"), fuse_tail=os.environ.get("IQP_FUSE_TAIL") == "1",
             tail_lead=LEAD.get(query),
             dispatch=float(os.environ.get("IQP_DISPATCH", "0")),
-            tail_slots=int(os.environ.get("IQP_TAIL_SLOTS", "0")), ahead=float(AHEAD.get(query, 0.0)),
+            tail_slots=int(os.environ.get("IQP_TAIL_SLOTS", "0")),
+            shares=DEADLINES if os.environ.get("IQP_SHARES") == "1" else None,
             anchor=ANCHOR, start_date=ANCHOR, end_date=datetime.fromisoformat(os.environ["IQP_END"]))

@@ -312,3 +312,31 @@ def test_cluster_turn_runs_one_tail_at_a_time_earliest_deadline_first(tmp_path):
     assert [p for d in ("waiting", "running") for p in (tmp_path / "_turns" / d).iterdir()] == []
     with cluster_turn(tail("x", 1.0), slots=0):  # no gate: nothing written
         pass
+
+
+def test_queries_sharing_a_cluster_are_planned_jointly_earliest_deadline_first(tmp_path):
+    """``shares``: the query due first plans as if alone; one due later plans in the executor
+    time the first leaves (its batches and merge), and says so."""
+    from airflow_iqp.planning.models import Busy
+    from airflow_iqp.planning.planner import executed
+
+    end = START + 240
+    offsets = {"cq1": 35.0, "cq2": 45.0}  # alone, each fits one batch after the end (31.5 s)
+    hint = {"cost_hint": {"kind": "linear", "per_unit": 0.1, "per_batch": 5}, "margin": 0.0,
+            "final_agg_hint": {"kind": "linear", "base": 2, "per_batch": 0.5}}
+    alone = {q: plan_window(cfg(tmp_path, query=q, **hint), START, end, end + offsets[q], now=START) for q in offsets}
+    joint = {q: plan_window(cfg(tmp_path, query=q, shares=offsets, **hint), START, end, end + offsets[q], now=START)
+             for q in offsets}
+    assert joint["cq1"].plan.to_dict() == alone["cq1"].plan.to_dict() and "planned after" not in joint["cq1"].models
+    first = Busy().plus(executed(joint["cq1"].plan))
+    second = executed(joint["cq2"].plan, first)
+    assert sum(max(0.0, min(e, be) - max(s, bs)) for s, e in second for bs, be in first.intervals) < 1e-7
+    assert joint["cq2"].plan.feasible and second[-1][1] <= 240 + 45 + 1e-7
+    assert joint["cq2"].plan.sizes != alone["cq2"].plan.sizes and "planned after cq1" in joint["cq2"].models
+    # Alone, cq2's last batch and merge would run while cq1's do.
+    alone2 = executed(alone["cq2"].plan)
+    assert sum(max(0.0, min(e, be) - max(s, bs)) for s, e in alone2 for bs, be in first.intervals) > 1
+    with pytest.raises(ConfigError, match="not both"):
+        cfg(tmp_path, shares=offsets, ahead=5.0)
+    with pytest.raises(ConfigError, match="shares"):
+        cfg(tmp_path, shares={"cq1": "soon"})
