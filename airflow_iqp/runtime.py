@@ -503,6 +503,34 @@ def wait_and_claim(batch: dict, poll: float = TAIL_POLL_S, sleep: Any = time.sle
     return claim_batch(batch)
 
 
+#: A planned batch of another query that has not claimed this long after its fire time is
+#: not coming (its DAG failed or was paused): it no longer holds later-deadline batches back.
+UPCOMING_GRACE_S = 5.0
+
+
+def upcoming(batch: dict) -> list[dict]:
+    """The planned batches of the other queries of the same window (their ``plan.json`` in
+    the state directory) due before ``batch`` (earliest deadline first, as the gate orders)."""
+    key = (batch["deadline_ts"], batch["query"])
+    out = []
+    for path in Path(batch["state_dir"]).glob(f"*/{batch['window_id']}/plan.json"):
+        if path.parent.parent.name == batch["query"]:
+            continue
+        try:
+            entries = read_json(path).get("batches", [])
+        except (OSError, ValueError):
+            continue  # being written
+        out += [e for e in entries if (e["deadline_ts"], e["query"]) < key and not e.get("backfill")]
+    return out
+
+
+def _coming(entries: list[dict], now: float, within: float) -> list[dict]:
+    """Those of ``entries`` not yet claimed that are ready within ``within`` seconds (and not
+    long overdue: :data:`UPCOMING_GRACE_S`)."""
+    return [e for e in entries if e["ready_ts"] <= now + within and now <= fire_at(e) + UPCOMING_GRACE_S
+            and not batch_state(e).claim_path(e["index"]).exists()]
+
+
 @contextmanager
 def cluster_turn(batch: dict, slots: int, poll: float = TAIL_POLL_S, sleep: Any = time.sleep):
     """Run the enclosed Spark work when the batch's turn comes: at most ``slots`` batches at
@@ -510,13 +538,17 @@ def cluster_turn(batch: dict, slots: int, poll: float = TAIL_POLL_S, sleep: Any 
 
     For the batches the final tasks of fused tails run (:func:`split_tail`), the last ones
     all ready at their windows' ends: run together they share the cluster and the first
-    deadline is missed; the paper's executor runs one batch at a time. ``slots <= 0`` is no gate. Each waiting or running batch holds an ``flock`` on its
-    own file under ``STATE/_turns/``; a killed task's lock goes with its process, so its
-    file is stale and ignored. The context yields ``release()``, which gives the turn back
-    before the block ends (for work after the result).
+    deadline is missed; the paper's executor runs one batch at a time. ``slots <= 0`` is
+    no gate. Each waiting or running batch holds an ``flock`` on its own file under
+    ``STATE/_turns/``; a killed task's lock goes with its process, so its file is stale and
+    ignored. A batch also leaves the cluster to a batch of a query due earlier (same window,
+    :func:`upcoming`) that is not claimed yet but will be ready before this one's planned
+    cost is over: the gate takes no batch back once started, and the one due earlier would
+    wait behind it (session 5: a query due at 100 s claimed 30 ms before the one due at
+    14.7 s, took the turn, and ran 14 s).
     """
     if slots <= 0:
-        yield lambda: None
+        yield
         return
     import fcntl
 
@@ -525,6 +557,7 @@ def cluster_turn(batch: dict, slots: int, poll: float = TAIL_POLL_S, sleep: Any 
     waiting.mkdir(parents=True, exist_ok=True)
     running.mkdir(parents=True, exist_ok=True)
     name = f"{batch['deadline_ts']:020.6f}-{batch['query']}-{batch['window_id']}-{batch['index']:04d}"
+    earlier = upcoming(batch)
 
     def hold(path: Path) -> int:
         fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
@@ -547,32 +580,26 @@ def cluster_turn(batch: dict, slots: int, poll: float = TAIL_POLL_S, sleep: Any 
 
     mine = hold(waiting / name)
     run_fd = None
-    acquired = False
-
-    def release() -> None:
-        nonlocal run_fd
-        if run_fd is not None:
-            (running / name).unlink(missing_ok=True)
-            os.close(run_fd)
-            run_fd = None
-
     try:
         while run_fd is None:
+            soon = _coming(earlier, time.time(), batch["cost"])
             lock = hold(root / ".lock")
             try:
                 ahead = [p for p in sorted(waiting.iterdir()) if p.name < name and live(p)]
                 busy = [p for p in running.iterdir() if p.name != name and live(p)]
-                if not ahead and len(busy) < slots:
-                    run_fd, acquired = hold(running / name), True
+                if not ahead and not soon and len(busy) < slots:
+                    run_fd = hold(running / name)
                     (waiting / name).unlink(missing_ok=True)
             finally:
                 os.close(lock)
             if run_fd is None:
                 sleep(poll)
-        yield release
+        yield
     finally:
-        release()
-        if not acquired:  # once it had its turn, waiting/<name> is no longer this task's
+        if run_fd is not None:
+            (running / name).unlink(missing_ok=True)
+            os.close(run_fd)
+        else:  # once it had its turn, waiting/<name> is no longer this task's
             (waiting / name).unlink(missing_ok=True)
         os.close(mine)
 

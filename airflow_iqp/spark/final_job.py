@@ -129,17 +129,18 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
 
 
 def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch: int | None,
-                 static_dir: str | None, *, history: bool = True, after_result: Any = None) -> dict:
-    """A fused tail: the last batch and the merge in one Spark job, then the last batch's partial.
+                 static_dir: str | None, *, history: bool = True) -> dict:
+    """A fused tail: the last batch and the merge in one Spark job.
 
     The last batch's partial aggregate is merged with the written partials in the same job
-    that writes the result, so after the window's end there is one write before the
-    result. Its partial is written after the result (``after_result()`` runs in between:
-    :func:`run_tail` gives the cluster its turn back there), so a later merge finds every
-    batch's partial. A retry that finds the partial written merges only written partials:
-    no unit is counted twice.
+    that writes the result: after the window's end, nothing is written before the result.
+    The last batch's partial is never written (writing it afterwards computed the batch a
+    second time, beside the next query's turn: 5-7 s of a JVM's work per query in
+    session 5's spark-submit run); the result manifest covers its units
+    (:func:`check_coverage` with ``computing``). A retry computes it again from the same
+    claim, so no unit is counted twice; a partial found written (by an older version)
+    is merged as any other.
     """
-    from airflow_iqp.spark.batch_job import execute_batch
     from airflow_iqp.spark.steps import run_batch
     from airflow_iqp.state import read_json
 
@@ -149,12 +150,7 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
     files = read_json(claim).get("files", []) if claim is not None and claim.is_file() else []
     pending = bool(files) and not ws.partial_path(tail_batch).is_dir()
     tail = (tail_batch, run_batch(spark, query_id, files, static_dir)) if pending else None
-    manifest = execute_final(spark, query_id, window_dir, history=history, tail=tail)
-    if after_result is not None:
-        after_result()
-    if pending:
-        execute_batch(spark, query_id, claim, static_dir, ws.partial_path(tail_batch), history=history)
-    return manifest
+    return execute_final(spark, query_id, window_dir, history=history, tail=tail)
 
 
 def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, slots: int = 0, *,
@@ -182,9 +178,8 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, sl
     claim = wait_and_claim(tail)
     print(f"airflow-iqp final_job: {tail.get('label', tail['index'])}: claimed {len(claim['units'])} units",
           flush=True)
-    with cluster_turn(tail, slots) as turn:
-        return execute_tail(spark, query_id, window_dir, tail["index"], tail.get("static") or None, history=history,
-                            after_result=turn)
+    with cluster_turn(tail, slots):
+        return execute_tail(spark, query_id, window_dir, tail["index"], tail.get("static") or None, history=history)
 
 
 def _run_batch_in_turn(spark, query_id: str, window_dir: str | os.PathLike, entry: dict, slots: int,

@@ -8,7 +8,7 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.runtime import (
     LAST_UNIT_GRACE_S, QueryConfig, batch_ready, claim_batch, late_units, plan_window, window_id,
 )
-from airflow_iqp.state import WindowState, append_cost_history, read_claims
+from airflow_iqp.state import WindowState, append_cost_history, atomic_write_json, claim_units, read_claims
 
 START = 1_800_000_000.0  # a window start, Unix seconds
 
@@ -277,7 +277,8 @@ def test_cluster_turn_runs_one_tail_at_a_time_earliest_deadline_first(tmp_path):
     from airflow_iqp.runtime import cluster_turn
 
     def tail(query, deadline):
-        return {"state_dir": str(tmp_path), "query": query, "window_id": "w", "index": 3, "deadline_ts": deadline}
+        return {"state_dir": str(tmp_path), "query": query, "window_id": "w", "index": 3, "deadline_ts": deadline,
+                "cost": 1.0}
 
     # A file nobody holds, as a killed task leaves it: ignored, and removed.
     stale = tmp_path / "_turns" / "waiting" / f"{1.0:020.6f}-dead-w-0003"
@@ -312,6 +313,51 @@ def test_cluster_turn_runs_one_tail_at_a_time_earliest_deadline_first(tmp_path):
     assert [p for d in ("waiting", "running") for p in (tmp_path / "_turns" / d).iterdir()] == []
     with cluster_turn(tail("x", 1.0), slots=0):  # no gate: nothing written
         pass
+
+
+def test_cluster_turn_leaves_the_cluster_to_a_batch_due_earlier_that_is_about_to_be_ready(tmp_path):
+    """A later-deadline batch does not start when another query's batch due earlier (its
+    plan.json, same window) will be ready before this one's cost is over: it waits for its
+    claim. One long overdue (its DAG gone) holds nothing back."""
+    import threading
+    import time as _time
+
+    from airflow_iqp.runtime import UPCOMING_GRACE_S, cluster_turn
+
+    now = _time.time()
+    state = tmp_path / "state"
+
+    def entry(query, deadline, ready, **kw):
+        return {"state_dir": str(state), "query": query, "window_id": "w", "index": 1, "of": 1, "last": True,
+                "deadline_ts": deadline, "ready_ts": ready, "latest_start_ts": ready, "cost": 2.0, **kw}
+
+    early = entry("cq1", now + 10, now + 0.5)
+    ws = WindowState(state, "cq1", "w")
+    ws.root.mkdir(parents=True)
+    atomic_write_json(ws.root / "plan.json", {"batches": [early]})
+    late = entry("q1", now + 60, now)
+
+    def claim_early():
+        _time.sleep(0.8)
+        claim_units(ws, 1, ["000001"], [])
+
+    t = threading.Thread(target=claim_early)
+    t.start()
+    t0 = _time.time()
+    with cluster_turn(late, slots=1, poll=0.01):
+        waited = _time.time() - t0
+        assert ws.claim_path(1).exists()  # it started only once the earlier-due batch had claimed
+    t.join()
+    assert 0.6 < waited < 5
+    # Overdue by more than the grace: not coming, holds nothing back.
+    stale = entry("cq2", now + 10, now - 60)
+    ws2 = WindowState(state, "cq2", "w")
+    ws2.root.mkdir(parents=True)
+    atomic_write_json(ws2.root / "plan.json", {"batches": [stale]})
+    assert now - 60 + UPCOMING_GRACE_S < _time.time()
+    t0 = _time.time()
+    with cluster_turn(entry("q4", now + 70, now), slots=1, poll=0.01):
+        assert _time.time() - t0 < 0.5
 
 
 def test_queries_sharing_a_cluster_are_planned_jointly_earliest_deadline_first(tmp_path):

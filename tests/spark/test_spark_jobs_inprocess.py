@@ -87,7 +87,7 @@ def test_retried_batch_leaves_the_result_unchanged(spark, units, tpch_dir, tmp_p
     assert len(result_manifest["files"]) == 2 * len(units)
 
 
-def test_a_fused_tail_merges_its_batch_in_one_job_then_writes_its_partial_and_a_retry_counts_nothing_twice(
+def test_a_fused_tail_merges_its_batch_in_one_job_writes_no_partial_and_a_retry_counts_nothing_twice(
         spark, units, tpch_dir, tmp_path):
     from airflow_iqp.spark.final_job import execute_tail
 
@@ -99,21 +99,17 @@ def test_a_fused_tail_merges_its_batch_in_one_job_then_writes_its_partial_and_a_
         claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
     for b in (0, 1):
         execute_batch(spark, qid, ws.claim_path(b), static, ws.partial_path(b))
-    seen = []  # what is on disk when the result is complete
-    manifest = execute_tail(spark, qid, ws.root, 2, static,
-                            after_result=lambda: seen.append((ws.result_manifest.is_file(),
-                                                              ws.partial_path(2).is_dir())))
-    assert seen == [(True, False)]  # the result came first, in one job with the tail's batch
-    assert ws.partial_path(2).is_dir() and manifest["units"] == [u.name for u in units]
+    manifest = execute_tail(spark, qid, ws.root, 2, static)
+    # The result covers the tail's units; its batch was merged in the same job, never written.
+    assert not ws.partial_path(2).exists() and manifest["units"] == [u.name for u in units]
+    assert manifest["batches"] == [0, 1, 2]
     cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
-    first = result_rows(spark, ws)
-    assert_same_rows(first, ref, ordered=query.ordered, label="fused tail vs duckdb")
-    # A retry after the partial was written merges the written partials only.
+    assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="fused tail vs duckdb")
+    # A retry computes it again from the same claim: the same result, nothing counted twice.
     execute_tail(spark, qid, ws.root, 2, static)
     assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="fused tail retried")
     # The merge's cost history has no record with a batch's work in it.
-    finals = [r for r in read_cost_history(tmp_path, query=qid) if r["kind"] == "final"]
-    assert len(finals) == 1 and finals[0]["batches"] == 3
+    assert [r["kind"] for r in read_cost_history(tmp_path, query=qid)] == ["batch", "batch"]
 
 
 def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_units_land(
@@ -135,7 +131,7 @@ def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_u
     entries = [{"query": qid, "window_id": "w", "index": i, "of": 3, "units": n, "cumulative": c,
                 "expected_total": len(units), "last": i == 3, "ready_ts": now + r, "latest_start_ts": far,
                 "deadline_ts": far, "landing": str(landing), "state_dir": str(state), "static": static,
-                "label": f"batch {i}/3"} for i, n, c, r in ((1, 2, 2, 0.0), (2, 2, 4, 1.0), (3, 2, 6, 2.0))]
+                "cost": 1.0, "label": f"batch {i}/3"} for i, n, c, r in ((1, 2, 2, 0.0), (2, 2, 4, 1.0), (3, 2, 6, 2.0))]
     entries[-1]["turn_ts"] = now + 30  # ``ahead``: without the gate it would wait for this
     mapped, tail = split_tail(entries, lead=1.5)
     assert [b["index"] for b in mapped] == [1] and [b["index"] for b in tail["before"]] == [2]
@@ -159,7 +155,7 @@ def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_u
     assert time.time() - t0 < 25  # the gate's turn, not turn_ts 30 s away
     claims = read_claims(ws)
     assert [len(claims[i]["units"]) for i in (1, 2, 3)] == [3, 1, 2]  # batch 2 fired when 4 units were in
-    assert ws.partial_path(2).is_dir() and ws.partial_path(3).is_dir()
+    assert ws.partial_path(2).is_dir() and not ws.partial_path(3).exists()  # the last is merged, not written
     assert manifest["batches"] == [1, 2, 3] and manifest["units"] == [u.name for u in units]
     cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
     assert_same_rows(result_rows(spark, ws), ref, ordered=get_query(qid).ordered, label="tail with before")
