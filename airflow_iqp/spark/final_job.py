@@ -153,26 +153,6 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
     return execute_final(spark, query_id, window_dir, history=history, tail=tail)
 
 
-def warm(spark, query_id: str, entry: dict) -> None:
-    """Pay the session's first-query costs before the window's end: open it, then run the
-    query's batch and merge steps once on one landed unit (if any), writing nothing.
-
-    A session's first run of a query plans it, generates its code and reads the static
-    tables cold: in session 5's Connect run the first batch of each query took 1.0-3.5 times
-    its calibrated (warm) cost, and the queries due later missed.
-    """
-    from airflow_iqp.spark.queries import get_query
-    from airflow_iqp.spark.steps import run_batch, run_final
-    from airflow_iqp.state import list_ready_units, unit_files
-
-    spark.range(1).collect()
-    units = list_ready_units(entry["landing"])[:1]
-    if units:
-        query = get_query(query_id)
-        run_final(spark, query, [], also=run_batch(spark, query, unit_files(units, query.streams),
-                                                   entry.get("static") or None)).collect()
-
-
 def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, slots: int = 0, *,
              history: bool = True) -> dict:
     """A fused tail in the final task's own session (both backends; the spark-submit job's
@@ -190,7 +170,7 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, sl
     """
     from airflow_iqp.runtime import cluster_turn, wait_and_claim
 
-    warm(spark, query_id, tail)
+    spark.range(1).collect()  # the session's first query pays its set-up: not after the window's end
     if slots > 0:
         tail = {k: v for k, v in tail.items() if k != "turn_ts"}
     for entry in tail.get("before") or []:
