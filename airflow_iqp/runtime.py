@@ -274,7 +274,8 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
     batches = batch_entries(cfg, plan, window_start, window_end, deadline, backfill)
     if cfg.mode == "dynamic" and not backfill:
         batches = _dynamic_entries(cfg, batches)
-    return WindowPlan(query=cfg.query, state_dir=cfg.state_dir, window_id=window_id(window_start), window_start=window_start,
+    return WindowPlan(query=cfg.query, state_dir=cfg.state_dir, window_id=window_id(window_start),
+                      window_start=window_start,
                       window_end=window_end, deadline=deadline, planned_at=now, plan=plan, batches=batches,
                       backfill=backfill, models=models)
 

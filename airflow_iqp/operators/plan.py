@@ -11,7 +11,8 @@ from airflow_iqp import config
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.notifications.deadline import DeadlineRiskNotifier
 from airflow_iqp.runtime import (
-    QueryConfig, clock, format_window_plan, plan_window, record_task_cpu, split_tail, store_plan, tail_lead as default_lead,
+    QueryConfig, clock, format_window_plan, plan_window, record_task_cpu, split_tail, store_plan,
+    tail_lead as default_lead,
 )
 from airflow_iqp.state import WindowState
 

@@ -66,7 +66,8 @@ class BatchReadySensor(BaseSensorOperator):
             super().execute(context)
             return self._claim(batch, "poke", context)
         record_task_cpu(batch_state(batch).root, context["ti"], "defer")
-        self.defer(trigger=BatchReadyTrigger(batch, self.poll_interval or config.poll_interval(), self.claim), method_name="execute_complete")
+        self.defer(trigger=BatchReadyTrigger(batch, self.poll_interval or config.poll_interval(), self.claim),
+                   method_name="execute_complete")
 
     def execute_complete(self, context, event: dict | None = None) -> Any:
         return self._claim(as_batch(self.batch), (event or {}).get("reason", "trigger"), context)

@@ -5,7 +5,8 @@ IQP_BACKEND, IQP_LANDING, IQP_STATIC, IQP_UNITS, IQP_WINDOW_S, IQP_ANCHOR / IQP_
 times: the one window), IQP_DEADLINES (JSON: query -> seconds after the window's end),
 IQP_MARGIN (seconds), IQP_MODE ("plan" or "one_batch"), IQP_FUSE_TAIL ("1": the final task
 runs the last batch), IQP_DISPATCH (seconds), IQP_TAIL_SLOTS, IQP_TAIL_LEAD (JSON: query ->
-seconds), IQP_SHARES ("1": plan jointly with the other queries, their deadlines IQP_DEADLINES). Cost models come from the calibrated fits in the state directory.
+seconds), IQP_SHARES ("1": plan jointly with the other queries, their deadlines IQP_DEADLINES).
+Cost models come from the calibrated fits in the state directory.
 """
 
 import json
