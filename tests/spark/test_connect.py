@@ -111,6 +111,25 @@ def test_calibrate_on_the_server_stores_a_fit_the_planner_uses(server, tpch_dir,
     assert "calibrated" not in cost_models(QueryConfig(**cfg, backend="spark-submit"))[2]
 
 
+def test_warm_up_runs_every_query_on_the_server_and_records_nothing(server, tpch_dir, tmp_path, monkeypatch):
+    import tempfile
+
+    from airflow_iqp.errors import ConfigError
+    from airflow_iqp.spark.calibrate import warm_up
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    said = []
+    rep = warm_up(server["url"], ["cq3", "q6"], tpch_dir, rounds=2, server_pid=server["pid"], log=said.append)
+    assert rep["rounds"] == 2 and rep["wall_seconds"] > 0 and rep["cpu_seconds"] > 0
+    assert [m.split(":")[0] for m in said] == ["warm-up 1/2 cq3", "warm-up 1/2 q6", "warm-up 2/2 cq3",
+                                               "warm-up 2/2 q6"]
+    assert list(tmp_path.iterdir()) == []  # its windows are gone, and no cost history was written
+    with pytest.raises(ConfigError, match="rounds"):
+        warm_up(server["url"], ["cq3"], tpch_dir, rounds=0)
+    with pytest.raises(ConfigError, match="nope"):
+        warm_up(server["url"], ["nope"], tpch_dir)
+
+
 def test_calibrate_cli_errors_name_the_option(tpch_dir, tmp_path):
     def cli(*args):
         return subprocess.run([sys.executable, "-m", "airflow_iqp.cli.main", "calibrate", "--query", "cq3",
@@ -130,3 +149,7 @@ def test_calibrate_cli_errors_name_the_option(tpch_dir, tmp_path):
                          str(free_port()), "--dir", str(tmp_path / "none")], capture_output=True, text=True,
                         timeout=60)
     assert ok.returncode == 1 and json.loads(ok.stdout)["running"] is False
+    bad = subprocess.run([sys.executable, "-m", "airflow_iqp.cli.main", "connect-server", "stop", "--warm-up", "q6",
+                          "--port", str(free_port()), "--dir", str(tmp_path / "none")], capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "warm_up: --warm-up goes with start and needs --data" in bad.stderr
