@@ -61,7 +61,7 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
             start_date: dt.datetime | None = None, catchup: bool = False, tags: tuple[str, ...] = (),
             spark_conf: dict | None = None, fuse_tail: bool = False, tail_lead: float | None = None,
             dispatch: float | None = None, tail_slots: int = 0, ahead: float | None = None,
-            shares: dict | None = None, **dag_kwargs) -> DAG:
+            shares: dict | None = None, cost_scale: float | None = None, **dag_kwargs) -> DAG:
     """Build the DAG of one recurring query.
 
     :param query: a query id of the catalogue (``airflow-iqp`` queries: cq1..cq4, q1, q3, ...).
@@ -89,6 +89,8 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
         at a time). With it the turn is the gate's: ``ahead`` no longer holds the last batch back.
     :param dispatch: seconds Airflow takes from a batch's claim to its Spark work (sensor
         resume, task start, session), added to every planned batch (default 0).
+    :param cost_scale: plan with the calibrated costs times this (default 1): the load the
+        deployment adds while a window runs, which an idle calibration does not see.
     :param shares: the other queries on this cluster over the same arriving units, query id ->
         deadline offset (timedelta or seconds): each window is planned in the executor time the
         queries due before it leave (joint planning, earliest deadline first; they are planned
@@ -124,7 +126,7 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
             rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint, final_agg_hint=final_agg_hint,
             backend=backend, mode=mode, rsf=rsf, c_max=c_max, max_batches=max_batches, margin=margin,
             on_deadline_risk=on_deadline_risk, fuse_tail=fuse_tail, dispatch=dispatch, ahead=ahead,
-            tail_lead=tail_lead, shares=shares)
+            tail_lead=tail_lead, shares=shares, cost_scale=cost_scale)
         spark = {"pool": pool} if pool else {}
         if weight_rule:
             spark["weight_rule"] = weight_rule

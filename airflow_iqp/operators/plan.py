@@ -56,7 +56,7 @@ class BatchPlanOperator(BaseOperator):
                  max_batches: int = 16, margin: float | None = None, deadline_offset: dt.timedelta | None = None,
                  on_deadline_risk: Any = None, fuse_tail: bool = False, dispatch: float | None = None,
                  ahead: float | None = None, tail_lead: float | None = None, shares: dict | None = None,
-                 **kwargs):
+                 cost_scale: float | None = None, **kwargs):
         super().__init__(**kwargs)
         self.fuse_tail = fuse_tail
         self.tail_lead = default_lead(backend) if tail_lead is None else float(tail_lead)
@@ -68,7 +68,7 @@ class BatchPlanOperator(BaseOperator):
                                                final_agg_hint=final_agg_hint, backend=backend, mode=mode, rsf=rsf,
                                                c_max=c_max, max_batches=max_batches, margin=margin,
                                                fuse_tail=fuse_tail, dispatch=dispatch, ahead=ahead,
-                                               shares=_seconds(shares, "shares")).items()
+                                               shares=_seconds(shares, "shares"), cost_scale=cost_scale).items()
                         if v is not None}
         self.deadline_offset = deadline_offset
         self.on_deadline_risk = on_deadline_risk or DeadlineRiskNotifier()

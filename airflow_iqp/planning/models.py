@@ -271,6 +271,23 @@ def plus_fixed(model, seconds: float):
     raise ConfigError(f"cannot add a fixed cost to a {type(model).__name__}", "cost")
 
 
+def scaled(model, factor: float):
+    """The same cost model with every cost ``factor`` times as long: the load a deployment
+    adds while a window runs (the orchestrator, other queries on the cluster) that an idle
+    calibration did not see. Linear and piecewise linear models of either kind."""
+    if not (isinstance(factor, (int, float)) and math.isfinite(factor) and factor > 0):
+        raise ConfigError(f"must be a number > 0, got {factor!r}", "cost_scale")
+    if factor == 1:
+        return model
+    if isinstance(model, LinearCost):
+        return replace(model, per_unit=model.per_unit * factor, per_batch=model.per_batch * factor)
+    if isinstance(model, LinearFinalAgg):
+        return replace(model, base=model.base * factor, per_batch=model.per_batch * factor)
+    if isinstance(model, (PiecewiseLinearCost, PiecewiseLinearFinalAgg)):
+        return replace(model, points=tuple((x, y * factor) for x, y in model.points))
+    raise ConfigError(f"cannot scale a {type(model).__name__}", "cost_scale")
+
+
 # ------------------------------------------------------------ final aggregation
 
 

@@ -5,7 +5,8 @@ IQP_BACKEND, IQP_LANDING, IQP_STATIC, IQP_UNITS, IQP_WINDOW_S, IQP_ANCHOR / IQP_
 times: the one window), IQP_DEADLINES (JSON: query -> seconds after the window's end),
 IQP_MARGIN (seconds), IQP_MODE ("plan" or "one_batch"), IQP_FUSE_TAIL ("1": the final task
 runs the last batch), IQP_DISPATCH (seconds), IQP_TAIL_SLOTS, IQP_TAIL_LEAD (JSON: query ->
-seconds), IQP_SHARES ("1": plan jointly with the other queries, their deadlines IQP_DEADLINES).
+seconds), IQP_SHARES ("1": plan jointly with the other queries, their deadlines IQP_DEADLINES),
+IQP_COST_SCALE (planned costs over calibrated ones).
 Cost models come from the calibrated fits in the state directory.
 """
 
@@ -30,4 +31,5 @@ if os.environ.get("IQP_QUERIES"):
             dispatch=float(os.environ.get("IQP_DISPATCH", "0")),
             tail_slots=int(os.environ.get("IQP_TAIL_SLOTS", "0")),
             shares=DEADLINES if os.environ.get("IQP_SHARES") == "1" else None,
+            cost_scale=float(os.environ.get("IQP_COST_SCALE", "1")),
             anchor=ANCHOR, start_date=ANCHOR, end_date=datetime.fromisoformat(os.environ["IQP_END"]))

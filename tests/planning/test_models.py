@@ -161,6 +161,23 @@ def test_shared_startup_takes_the_merges_own_start_up_off_and_round_trips():
         final_agg_from_dict({"kind": "linear", "base": 1, "shared_startup": -1})
 
 
+def test_scaled_multiplies_every_cost_and_refuses_a_bad_factor():
+    from airflow_iqp.planning.models import LinearCost, PiecewiseLinearCost, scaled
+
+    assert scaled(LinearCost(0.5, 2.0), 1.5).cost(4) == pytest.approx(1.5 * 4.0)
+    pw = PiecewiseLinearCost(((1, 3.0), (10, 6.0), (50, 10.0)))
+    for n in (1, 7, 10, 33, 80):
+        assert scaled(pw, 2.0).cost(n) == pytest.approx(2.0 * pw.cost(n))
+    assert scaled(pw, 2.0).capacity(12.0) == pw.capacity(6.0)
+    assert scaled(LinearFinalAgg(base=1.0, per_batch=0.5), 3.0).cost(2) == pytest.approx(6.0)
+    agg = PiecewiseLinearFinalAgg(((1, 9.0), (4, 10.0)), merge_single=True)
+    assert scaled(agg, 0.5).cost(4) == pytest.approx(5.0) and scaled(agg, 0.5).cost(1) == pytest.approx(4.5)
+    assert scaled(pw, 1) is pw
+    for bad in (0, -1.0, float("nan"), float("inf"), "2"):
+        with pytest.raises(ConfigError, match="cost_scale"):
+            scaled(pw, bad)
+
+
 def test_plus_fixed_adds_seconds_to_every_batch_or_merge():
     from airflow_iqp.planning.models import LinearCost, PiecewiseLinearCost, plus_fixed
 
