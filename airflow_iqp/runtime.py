@@ -22,7 +22,7 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.minbatch import min_batch_size
 from airflow_iqp.planning.models import (
     CostModel, EmpiricalArrival, FinalAggCost, PiecewiseLinearFinalAgg, cost_model_from_dict, final_agg_from_dict,
-    fit_piecewise_linear, plus_fixed,
+    fit_piecewise_linear, plus_fixed, scaled,
 )
 from airflow_iqp.planning.planner import IDLE, Plan, build_plan, executed, plan_batches
 from airflow_iqp.state import (
@@ -77,6 +77,11 @@ class QueryConfig:
     #: resuming, the task starting, its session opening), added to every batch's cost; the
     #: calibrated and measured costs leave it out. About 1.7 s on Spark Connect here.
     dispatch: float = 0.0
+    #: The calibrated costs times this are the planned ones (:func:`scaled`): what the
+    #: deployment's own load while a window runs (Airflow, the other queries' tasks, the
+    #: input landing) adds to a calibration on an idle machine. Batches of nine queries on
+    #: one Spark Connect server here ran 0.5 to 2.3 times their calibrated cost (median 1.35).
+    cost_scale: float = 1.0
     #: Seconds kept between a batch's input being ready and its latest safe start, for
     #: what the plan does not model: noticing the input (the trigger polls), claiming it,
     #: starting the job. Function 1 leaves every batch but the first no slack at all.
@@ -105,6 +110,8 @@ class QueryConfig:
             raise ConfigError(f"must be one of {', '.join(MODES)}, got {self.mode!r}", "mode")
         if not self.dispatch >= 0:
             raise ConfigError(f"must be >= 0 seconds, got {self.dispatch!r}", "dispatch")
+        if not (isinstance(self.cost_scale, (int, float)) and self.cost_scale > 0):
+            raise ConfigError(f"must be a number > 0, got {self.cost_scale!r}", "cost_scale")
         if not self.margin >= 0:
             raise ConfigError(f"must be >= 0 seconds, got {self.margin!r}", "margin")
         if not self.ahead >= 0:
@@ -162,6 +169,9 @@ def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
     cost, agg, source = _cost_models(cfg)
     # The final task runs even after a single batch, so one batch pays a merge too.
     agg = replace(agg, merge_single=True)
+    if cfg.cost_scale != 1:
+        cost, agg = scaled(cost, cfg.cost_scale), scaled(agg, cfg.cost_scale)
+        source += f"; costs x {cfg.cost_scale:g} (cost_scale)"
     if cfg.fuse_tail and cfg.backend == "spark-submit":
         # The merge runs in the last batch's spark-submit: it does not start a JVM of its own.
         # (On Spark Connect both run on one open session either way: nothing is shared.)
@@ -318,7 +328,7 @@ def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, 
     return plan, models
 
 
-def _minbatch_plan(cfg, arrival, cost, agg, length, rel_deadline, busy=IDLE) -> Plan:
+def _minbatch_plan(cfg, arrival, cost, agg, length, rel_deadline, busy) -> Plan:
     """Section 4's dynamic mode: cut the window into MinBatches (at most ``max_batches``)."""
     mb = min_batch_size(cost, agg, cfg.units, cfg.rsf, cfg.c_max)
     size = max(mb.size, -(-cfg.units // cfg.max_batches))
@@ -379,6 +389,7 @@ def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, window_end:
             "ready_ts": ready, "latest_start_ts": latest, "cost": b.cost, "remaining_cost": remaining,
             "deadline_ts": deadline, "landing": cfg.landing, "state_dir": cfg.state_dir, "static": cfg.static,
             "backend": cfg.backend, "backfill": backfill,
+            **({"cost_scale": cfg.cost_scale} if cfg.cost_scale != 1 else {}),
             "label": f"batch {b.index}/{k} · {b.units} units · ready {clock(ready)}",
             **turn,
         })
@@ -525,11 +536,38 @@ def upcoming(batch: dict) -> list[dict]:
     return out
 
 
-def _coming(entries: list[dict], now: float, within: float) -> list[dict]:
-    """Those of ``entries`` not yet claimed that are ready within ``within`` seconds (and not
-    long overdue: :data:`UPCOMING_GRACE_S`)."""
-    return [e for e in entries if e["ready_ts"] <= now + within and now <= fire_at(e) + UPCOMING_GRACE_S
-            and not batch_state(e).claim_path(e["index"]).exists()]
+def expected(entry: dict, planned: float) -> float:
+    """A plan entry's planned seconds as expected: without its plan's ``cost_scale``, the
+    pessimism the plan leaves room with, which a decision taken now need not repeat."""
+    return planned / entry.get("cost_scale", 1.0)
+
+
+def _coming(entries: list[dict], now: float, cost: float) -> list[dict]:
+    """Those of ``entries`` (other queries' plan entries) not yet claimed that a batch of
+    ``cost`` seconds started now would make late: ready before it is done, and their query,
+    run from then on as planned (each batch no sooner than its input, then the merge),
+    would then finish after its deadline, and later than without this batch. Not one long
+    overdue (:data:`UPCOMING_GRACE_S`). Costs are the expected ones (:func:`expected`)."""
+    done = now + cost
+    out = []
+    for e in entries:
+        if e["ready_ts"] > done or now > fire_at(e) + UPCOMING_GRACE_S:
+            continue
+        if batch_state(e).claim_path(e["index"]).exists():
+            continue
+        rest = sorted((f for f in entries if f["query"] == e["query"] and f["index"] >= e["index"]),
+                      key=lambda f: f["index"])
+
+        def finish(start: float) -> float:
+            t = start
+            for f in rest:
+                t = max(t, f["ready_ts"]) + expected(f, f["cost"])
+            return t + expected(rest[-1], rest[-1]["remaining_cost"] - rest[-1]["cost"])  # the merge
+
+        # Late because of this batch: not when its input alone makes it late.
+        if finish(done) > max(e["deadline_ts"], finish(now)):
+            out.append(e)
+    return out
 
 
 @contextmanager
@@ -544,9 +582,13 @@ def cluster_turn(batch: dict, slots: int, poll: float = TAIL_POLL_S, sleep: Any 
     ``STATE/_turns/``; a killed task's lock goes with its process, so its file is stale and
     ignored. A batch also leaves the cluster to a batch of a query due earlier (same window,
     :func:`upcoming`) that is not claimed yet but will be ready before this one's planned
-    cost is over: the gate takes no batch back once started, and the one due earlier would
-    wait behind it (session 5: a query due at 100 s claimed 30 ms before the one due at
-    14.7 s, took the turn, and ran 14 s).
+    cost is over, and whose query would then miss its deadline (:func:`_coming`): the gate
+    takes no batch back once started, and the one due earlier would wait behind it
+    (session 5: a query due at 100 s claimed 30 ms before the one due at 14.7 s, took the
+    turn, and ran 14 s). Ready alone is not enough: with nine queries one batch or another
+    due earlier was always ready within the 7 s a q10 batch costs, and that batch waited
+    63 s, past the end; nor is its latest start, which in a tight plan is its ready time,
+    and held the cluster idle for 3.3 s before the window's end.
     """
     if slots <= 0:
         yield
@@ -583,7 +625,7 @@ def cluster_turn(batch: dict, slots: int, poll: float = TAIL_POLL_S, sleep: Any 
     run_fd = None
     try:
         while run_fd is None:
-            soon = _coming(earlier, time.time(), batch["cost"])
+            soon = _coming(earlier, time.time(), expected(batch, batch["cost"]))
             lock = hold(root / ".lock")
             try:
                 ahead = [p for p in sorted(waiting.iterdir()) if p.name < name and live(p)]

@@ -8,7 +8,9 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.runtime import (
     LAST_UNIT_GRACE_S, QueryConfig, batch_ready, claim_batch, late_units, plan_window, window_id,
 )
-from airflow_iqp.state import WindowState, append_cost_history, atomic_write_json, claim_units, read_claims
+from airflow_iqp.state import (
+    WindowState, append_cost_fit, append_cost_history, atomic_write_json, claim_units, read_claims,
+)
 
 START = 1_800_000_000.0  # a window start, Unix seconds
 
@@ -247,6 +249,38 @@ def test_dispatch_is_planned_per_batch_and_a_fused_tail_dispatches_before_the_en
         cfg(tmp_path, dispatch=-1)
 
 
+def test_cost_scale_plans_as_if_the_calibrated_costs_were_that_much_longer(tmp_path):
+    from airflow_iqp.runtime import cost_models
+
+    fit = {"cost": {"kind": "piecewise_linear", "points": [[1, 0.4], [100, 2.0], [300, 5.0]]},
+           "final_agg": {"kind": "piecewise_linear", "points": [[1, 0.3], [4, 0.4]]}}
+    fast, slow = tmp_path / "fast", tmp_path / "slow"
+    for state, factor in ((fast, 1.0), (slow, 1.5)):
+        append_cost_fit(state, query="cq3", backend="spark-connect", overhead_seconds=0.4,
+                        cost={"kind": "piecewise_linear", "points": [[x, y * factor]
+                                                                         for x, y in fit["cost"]["points"]]},
+                        final_agg={"kind": "piecewise_linear", "points": [[x, y * factor] for x, y in
+                                                                          fit["final_agg"]["points"]]})
+    common = dict(query="cq3", units=300, rate=1.0, backend="spark-connect", fuse_tail=True, margin=2.0,
+                  landing=str(tmp_path / "landing"))
+    scaled_cfg = QueryConfig(**common, state_dir=str(fast), cost_scale=1.5)
+    cost, agg, source = cost_models(scaled_cfg)
+    assert cost.cost(200) == pytest.approx(1.5 * 3.5) and agg.cost(2) == pytest.approx(1.5 * (0.3 + 0.1 / 3))
+    assert "costs x 1.5 (cost_scale)" in source
+    # The same plan as from a calibration that measured every cost 1.5 times as long.
+    plans = [plan_window(c, START, START + 300, START + 303, now=START)
+             for c in (scaled_cfg, QueryConfig(**common, state_dir=str(slow)),
+                       QueryConfig(**common, state_dir=str(fast)))]
+    assert plans[0].plan.sizes == plans[1].plan.sizes
+    assert [b["cost"] for b in plans[0].batches] == pytest.approx([b["cost"] for b in plans[1].batches])
+    assert all(b["cost_scale"] == 1.5 for b in plans[0].batches) and "cost_scale" not in plans[1].batches[0]
+    # ... which leaves less for the last batch than the unscaled plan does.
+    assert plans[0].plan.sizes[-1] < plans[2].plan.sizes[-1]
+    for bad in (0, -1, "2"):
+        with pytest.raises(ConfigError, match="cost_scale"):
+            QueryConfig(**common, state_dir=str(fast), cost_scale=bad)
+
+
 def test_queries_ahead_on_the_cluster_shorten_the_plan_and_hold_back_the_last_batch(tmp_path):
     """``ahead``: the window is planned as if its deadline were that much sooner, and its last
     batch waits for its turn after the queries due before it."""
@@ -317,8 +351,9 @@ def test_cluster_turn_runs_one_tail_at_a_time_earliest_deadline_first(tmp_path):
 
 def test_cluster_turn_leaves_the_cluster_to_a_batch_due_earlier_that_is_about_to_be_ready(tmp_path):
     """A later-deadline batch does not start when another query's batch due earlier (its
-    plan.json, same window) will be ready before this one's cost is over: it waits for its
-    claim. One long overdue (its DAG gone) holds nothing back."""
+    plan.json, same window) will be ready before this one's cost is over and due to start
+    before then: it waits for its claim. One long overdue (its DAG gone), or one whose
+    latest start leaves room, holds nothing back."""
     import threading
     import time as _time
 
@@ -329,9 +364,10 @@ def test_cluster_turn_leaves_the_cluster_to_a_batch_due_earlier_that_is_about_to
 
     def entry(query, deadline, ready, **kw):
         return {"state_dir": str(state), "query": query, "window_id": "w", "index": 1, "of": 1, "last": True,
-                "deadline_ts": deadline, "ready_ts": ready, "latest_start_ts": ready, "cost": 2.0, **kw}
+                "deadline_ts": deadline, "ready_ts": ready, "latest_start_ts": ready, "cost": 2.0,
+                "remaining_cost": 2.5, **kw}
 
-    early = entry("cq1", now + 10, now + 0.5)
+    early = entry("cq1", now + 3, now + 0.5)  # 2 s of q1 first, then its 2 s and merge: 4.5 s, late
     ws = WindowState(state, "cq1", "w")
     ws.root.mkdir(parents=True)
     atomic_write_json(ws.root / "plan.json", {"batches": [early]})
@@ -358,6 +394,44 @@ def test_cluster_turn_leaves_the_cluster_to_a_batch_due_earlier_that_is_about_to
     t0 = _time.time()
     with cluster_turn(entry("q4", now + 70, now), slots=1, poll=0.01):
         assert _time.time() - t0 < 0.5
+    # Ready before this one is done, but its query meets its deadline after it: nothing held back.
+    roomy = [entry("cq3", now + 22, now + 0.5, last=False, remaining_cost=3.5),
+             entry("cq3", now + 22, now + 20, index=2, cost=1.0, remaining_cost=1.5)]
+    ws3 = WindowState(state, "cq3", "w")
+    ws3.root.mkdir(parents=True)
+    atomic_write_json(ws3.root / "plan.json", {"batches": roomy})
+    t0 = _time.time()
+    with cluster_turn(entry("q6", now + 80, _time.time()), slots=1, poll=0.01):
+        assert _time.time() - t0 < 0.5 and not ws3.claim_path(1).exists()
+
+
+def test_a_batch_is_held_back_only_if_the_query_due_earlier_would_then_finish_late(tmp_path):
+    """_coming runs the earlier-due query's rest as planned after this batch: each batch no
+    sooner than its input, then the merge; late against its deadline holds this one back."""
+    from airflow_iqp.runtime import _coming
+
+    def entry(index, ready, cost, remaining, deadline=125.0, **kw):
+        return {"state_dir": str(tmp_path), "query": "cq1", "window_id": "w", "index": index, "last": index == 2,
+                "deadline_ts": deadline, "ready_ts": ready, "latest_start_ts": ready, "cost": cost,
+                "remaining_cost": remaining, **kw}
+
+    plan = [entry(1, 98.0, 1.0, 2.5), entry(2, 120.0, 1.0, 1.5)]  # done at 121, merged 121.5
+    assert _coming(plan, 95.0, 4.0) == []  # runs 95-99; cq1: 99-100, 120-121, 121.5 <= 125
+    assert _coming(plan, 95.0, 2.0) == []  # cq1's first batch is ready after this one is done
+    # Late because its input is: this batch changes nothing, and is not held back.
+    late = [entry(1, 98.0, 1.0, 2.5, deadline=121.2), entry(2, 120.0, 1.0, 1.5, deadline=121.2)]
+    assert _coming(late, 95.0, 4.0) == []  # 121.5 either way
+    assert [e["index"] for e in _coming(late, 95.0, 25.5)] == [1, 2]  # cq1 from 120.5: 123 > 121.5
+    # Its first batch overdue by more than the grace: only the last one counts.
+    assert _coming(plan, 117.0, 4.0) == []  # 117-121; cq1's last 121-122, merged 122.5 <= 125
+    assert [e["index"] for e in _coming(plan, 117.0, 8.0)] == [2]  # 125-126, merged 126.5 > 125
+    # Planned with cost_scale 2: the gate reckons with half the planned seconds.
+    halved = [{**e, "cost": 2 * e["cost"], "remaining_cost": 2 * e["remaining_cost"], "cost_scale": 2.0}
+              for e in plan]
+    assert _coming(halved, 117.0, 4.0) == [] and [e["index"] for e in _coming(halved, 117.0, 8.0)] == [2]
+    claim_units(WindowState(tmp_path, "cq1", "w"), 2, ["000001"], [])
+    assert _coming(plan, 117.0, 8.0) == []  # claimed: it has its place at the gate
+
 
 
 def test_queries_sharing_a_cluster_are_planned_jointly_earliest_deadline_first(tmp_path):
