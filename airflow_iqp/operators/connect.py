@@ -18,7 +18,7 @@ from airflow.providers.apache.spark.operators.spark_pyspark import PySparkOperat
 from airflow_iqp import config
 from airflow_iqp.operators.final import _FinalTask
 from airflow_iqp.operators.submit import _BatchTask
-from airflow_iqp.runtime import as_batch, batch_state
+from airflow_iqp.runtime import as_batch
 
 #: Opening a session on a warm server and a small batch take about a second here.
 CONNECT_OVERHEAD_S = 15.0
@@ -26,11 +26,9 @@ CONNECT_OVERHEAD_S = 15.0
 
 def run_batch_in_session(batch: dict, spark=None) -> dict:
     """One planned batch on ``spark`` (the callable of :class:`BatchConnectOperator`)."""
-    from airflow_iqp.spark.batch_job import execute_batch
+    from airflow_iqp.spark.batch_job import execute_planned_batch
 
-    ws = batch_state(batch)
-    return execute_batch(spark, batch["query"], ws.claim_path(batch["index"]), batch["static"] or None,
-                         ws.partial_path(batch["index"]), state_dir=batch["state_dir"])
+    return execute_planned_batch(spark, batch)
 
 
 def run_final_in_session(query: str, window_dir: str, tail: dict | None = None, tail_slots: int = 0,

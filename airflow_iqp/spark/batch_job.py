@@ -99,6 +99,17 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
     return metrics
 
 
+def execute_planned_batch(spark, batch: dict, *, history: bool = True) -> dict:
+    """:func:`execute_batch` for one plan entry (``runtime.batch_entries``) on an open session:
+    its claim in, its partial out. A Connect batch task and a fused tail's final task run
+    batches this way."""
+    from airflow_iqp.state import WindowState
+
+    ws = WindowState(batch["state_dir"], batch["query"], batch["window_id"])
+    return execute_batch(spark, batch["query"], ws.claim_path(batch["index"]), batch.get("static") or None,
+                         ws.partial_path(batch["index"]), state_dir=ws.state_dir, history=history)
+
+
 def build_session(app_name: str):
     from pyspark.sql import SparkSession
 

@@ -27,7 +27,6 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 
 def check_coverage(ws, expect_units: int | None = None, computing: int | None = None) -> dict:
@@ -174,7 +173,7 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, sl
     if slots > 0:
         tail = {k: v for k, v in tail.items() if k != "turn_ts"}
     for entry in tail.get("before") or []:
-        _run_batch_in_turn(spark, query_id, window_dir, entry, slots, history)
+        _run_batch_in_turn(spark, window_dir, entry, slots, history)
     claim = wait_and_claim(tail)
     print(f"airflow-iqp final_job: {tail.get('label', tail['index'])}: claimed {len(claim['units'])} units",
           flush=True)
@@ -182,11 +181,10 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, sl
         return execute_tail(spark, query_id, window_dir, tail["index"], tail.get("static") or None, history=history)
 
 
-def _run_batch_in_turn(spark, query_id: str, window_dir: str | os.PathLike, entry: dict, slots: int,
-                       history: bool) -> None:
+def _run_batch_in_turn(spark, window_dir: str | os.PathLike, entry: dict, slots: int, history: bool) -> None:
     """One batch of a fused tail before the last: claimed when ready, run in its turn into its partial."""
     from airflow_iqp.runtime import cluster_turn, wait_and_claim
-    from airflow_iqp.spark.batch_job import execute_batch
+    from airflow_iqp.spark.batch_job import execute_planned_batch
 
     ws = _window_state(Path(window_dir).absolute())
     claim = wait_and_claim(entry)
@@ -197,8 +195,7 @@ def _run_batch_in_turn(spark, query_id: str, window_dir: str | os.PathLike, entr
     if ws.partial_path(entry["index"]).is_dir():  # a retry: written by the earlier attempt
         return
     with cluster_turn(entry, slots):
-        metrics = execute_batch(spark, query_id, ws.claim_path(entry["index"]), entry.get("static") or None,
-                                ws.partial_path(entry["index"]), state_dir=ws.state_dir, history=history)
+        metrics = execute_planned_batch(spark, entry, history=history)
     print(f"airflow-iqp final_job: {label}: {metrics['units']} units in {metrics['wall_seconds']:.1f} s", flush=True)
 
 
