@@ -55,6 +55,26 @@ def test_backfill_of_a_complete_window_is_one_batch(tmp_path):
     assert batch_ready(wp.batches[0], START + 10_000) is not None
 
 
+def test_readiness_lists_the_units_only_once_enough_names_are_there(tmp_path):
+    from airflow_iqp.state import count_landed
+
+    c = cfg(tmp_path, units=4)
+    wp = plan_window(c, START, START + 4, START + 300, now=START)
+    last = wp.batches[-1]
+    landing = tmp_path / "landing"
+    assert count_landed(landing) == 0 and batch_ready(last, START + 4) is None
+    land(landing, 3)
+    (landing / ".000003.tmp").mkdir()  # in flight: not counted
+    assert count_landed(landing) == 3 and batch_ready(last, START + 4) is None
+    (landing / "000003").mkdir()  # a name, but not a complete unit yet: counted, then listed
+    assert count_landed(landing) == 4 and batch_ready(last, START + 4) is None
+    for f in ("orders.parquet", "lineitem.parquet"):
+        (landing / "000003" / f).write_bytes(b"x")
+    for b in wp.batches[:-1]:
+        claim_units(WindowState(c.state_dir, c.query, wp.window_id), b["index"], [], [])
+    assert batch_ready(last, START + 4) == "units"
+
+
 def test_cost_model_comes_from_history_once_there_is_some(tmp_path):
     c = cfg(tmp_path)
     for units, secs in ((10, 21.0), (60, 23.0), (240, 30.0)):
