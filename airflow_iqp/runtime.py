@@ -467,7 +467,8 @@ def batch_ready(batch: dict, now: float, arrived: int | None = None) -> str | No
     needed = batch["expected_total"] if batch["last"] else batch["cumulative"]
     if arrived is None:
         # Nine final tasks polling 20 times a second near the window's end, each listing 300
-        # units (10 ms), took the two cores from the Spark server: a listing first.
+        # units (10.5 ms measured), would need ~1.9 of the two cores beside the Spark
+        # server: one directory listing (0.2 ms) first.
         if count_landed(batch["landing"]) < needed:
             return None
         arrived = len(list_ready_units(batch["landing"]))
