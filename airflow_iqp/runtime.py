@@ -110,8 +110,6 @@ class QueryConfig:
             raise ConfigError(f"must be one of {', '.join(MODES)}, got {self.mode!r}", "mode")
         if not self.dispatch >= 0:
             raise ConfigError(f"must be >= 0 seconds, got {self.dispatch!r}", "dispatch")
-        if not (isinstance(self.cost_scale, (int, float)) and self.cost_scale > 0):
-            raise ConfigError(f"must be a number > 0, got {self.cost_scale!r}", "cost_scale")
         if not self.margin >= 0:
             raise ConfigError(f"must be >= 0 seconds, got {self.margin!r}", "margin")
         if not self.ahead >= 0:
@@ -125,7 +123,7 @@ class QueryConfig:
                               "after the window's end), not both", "ahead")
         if self.rate is not None and not self.rate > 0:
             raise ConfigError(f"must be > 0 units per second, got {self.rate!r}", "rate")
-        cost_model_from_dict(self.cost_hint, "cost_hint")
+        scaled(cost_model_from_dict(self.cost_hint, "cost_hint"), self.cost_scale)  # checks cost_scale too
         final_agg_from_dict(self.final_agg_hint, "final_agg_hint")
 
 

@@ -103,9 +103,9 @@ def execute_planned_batch(spark, batch: dict, *, history: bool = True) -> dict:
     """:func:`execute_batch` for one plan entry (``runtime.batch_entries``) on an open session:
     its claim in, its partial out. A Connect batch task and a fused tail's final task run
     batches this way."""
-    from airflow_iqp.state import WindowState
+    from airflow_iqp.runtime import batch_state
 
-    ws = WindowState(batch["state_dir"], batch["query"], batch["window_id"])
+    ws = batch_state(batch)
     return execute_batch(spark, batch["query"], ws.claim_path(batch["index"]), batch.get("static") or None,
                          ws.partial_path(batch["index"]), state_dir=ws.state_dir, history=history)
 

@@ -296,7 +296,7 @@ def test_cost_scale_plans_as_if_the_calibrated_costs_were_that_much_longer(tmp_p
     assert all(b["cost_scale"] == 1.5 for b in plans[0].batches) and "cost_scale" not in plans[1].batches[0]
     # ... which leaves less for the last batch than the unscaled plan does.
     assert plans[0].plan.sizes[-1] < plans[2].plan.sizes[-1]
-    for bad in (0, -1, "2"):
+    for bad in (0, -1, "2", float("inf")):
         with pytest.raises(ConfigError, match="cost_scale"):
             QueryConfig(**common, state_dir=str(fast), cost_scale=bad)
 
