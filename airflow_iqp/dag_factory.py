@@ -87,6 +87,8 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
     :param tail_slots: with fused tails, how many of the state directory's final tasks' batches
         run at once, earliest deadline first (0, the default: no limit; 1: the paper's one batch
         at a time). With it the turn is the gate's: ``ahead`` no longer holds the last batch back.
+        On Spark Connect every batch takes its turn, mapped ones too (a spark-submit batch
+        would hold the turn while its JVM starts).
     :param dispatch: seconds Airflow takes from a batch's claim to its Spark work (sensor
         resume, task start, session), added to every planned batch (default 0).
     :param cost_scale: plan with the calibrated costs times this (default 1): the load the
@@ -128,6 +130,9 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
             on_deadline_risk=on_deadline_risk, fuse_tail=fuse_tail, dispatch=dispatch, ahead=ahead,
             tail_lead=tail_lead, shares=shares, cost_scale=cost_scale)
         spark = {"pool": pool} if pool else {}
+        # On Spark Connect every batch takes a turn on the one server; a spark-submit batch
+        # would hold its turn through its JVM's start, so there only fused tails do.
+        turns = {"slots": tail_slots} if backend == "spark-connect" else {}
         if weight_rule:
             spark["weight_rule"] = weight_rule
 
@@ -135,7 +140,7 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
         def batch(entry):
             wait = BatchReadySensor(task_id="wait", batch=entry, map_index_template=BATCH_LABEL)
             submit = batch_op(task_id="submit", batch=entry, map_index_template=BATCH_LABEL,
-                              retries=retries, retry_delay=dt.timedelta(seconds=5), conf=spark_conf, **spark)
+                              retries=retries, retry_delay=dt.timedelta(seconds=5), conf=spark_conf, **spark, **turns)
             wait >> submit
 
         tail = XComArg(plan, key="tail") if fuse_tail else None

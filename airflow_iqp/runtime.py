@@ -21,7 +21,7 @@ from typing import Any
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.minbatch import min_batch_size
 from airflow_iqp.planning.models import (
-    CostModel, EmpiricalArrival, FinalAggCost, PiecewiseLinearFinalAgg, cost_model_from_dict, final_agg_from_dict,
+    Busy, CostModel, EmpiricalArrival, FinalAggCost, PiecewiseLinearFinalAgg, cost_model_from_dict, final_agg_from_dict,
     fit_piecewise_linear, plus_fixed, scaled,
 )
 from airflow_iqp.planning.planner import IDLE, Plan, build_plan, executed, plan_batches
@@ -268,6 +268,9 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
         # the executor time the ones before it leave; this window gets what is left.
         own = (deadline - window_end, cfg.query)
         before = sorted((off, q) for q, off in cfg.shares.items() if q != cfg.query and (off, q) < own)
+        # Whole batches: the cluster gate (cluster_turn) runs one batch at a time and takes
+        # none back, so a batch planned across another query's turn would wait for a gap.
+        busy = Busy(whole=True)
         for off, q in before:
             other, _m = _plan(replace(cfg, query=q, shares={}), length, window_end - window_start + off, False, 0.0,
                               busy)

@@ -24,11 +24,14 @@ from airflow_iqp.runtime import as_batch
 CONNECT_OVERHEAD_S = 15.0
 
 
-def run_batch_in_session(batch: dict, spark=None) -> dict:
-    """One planned batch on ``spark`` (the callable of :class:`BatchConnectOperator`)."""
+def run_batch_in_session(batch: dict, slots: int = 0, spark=None) -> dict:
+    """One planned batch on ``spark`` (the callable of :class:`BatchConnectOperator`), in its
+    turn on the server (:func:`~airflow_iqp.runtime.cluster_turn`, ``slots`` at once)."""
+    from airflow_iqp.runtime import cluster_turn
     from airflow_iqp.spark.batch_job import execute_planned_batch
 
-    return execute_planned_batch(spark, batch)
+    with cluster_turn(batch, slots):
+        return execute_planned_batch(spark, batch)
 
 
 def run_final_in_session(query: str, window_dir: str, tail: dict | None = None, tail_slots: int = 0,
@@ -47,21 +50,25 @@ class BatchConnectOperator(_BatchTask, PySparkOperator):
 
     :param batch: one entry of the plan task's output (mapped).
     :param conn_id: a ``spark_connect`` connection (default ``[iqp] spark_connect_conn_id``).
+    :param slots: batches of the state directory's queries that the server runs at once,
+        earliest deadline first (:func:`~airflow_iqp.runtime.cluster_turn`); 0, the
+        default, is no limit.
     """
 
     template_fields: Sequence[str] = (*PySparkOperator.template_fields, "batch")
     overhead_s = CONNECT_OVERHEAD_S
 
-    def __init__(self, *, batch: Any, conn_id: str | None = None, **kwargs):
+    def __init__(self, *, batch: Any, conn_id: str | None = None, slots: int = 0, **kwargs):
         kwargs.pop("conf", None)  # spark-submit --conf has no meaning for a running server
         super().__init__(python_callable=run_batch_in_session, conn_id=conn_id or config.connect_conn_id(),
                          **kwargs)
         self.batch = batch
+        self.slots = slots
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
         batch = as_batch(self.batch)
-        self.op_kwargs = {"batch": batch}
+        self.op_kwargs = {"batch": batch, "slots": self.slots}
         self.execution_timeout = self._batch_timeout(batch)
 
     def execute(self, context) -> Any:

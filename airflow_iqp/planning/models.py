@@ -636,24 +636,49 @@ class Busy:
     """When one executor is busy with other queries' work: sorted, disjoint ``[start, end)``.
 
     Several queries on one cluster are planned one after another, earliest deadline first
-    (:func:`airflow_iqp.planning.shared.plan_shared`); each plan gets the time the plans
-    before it take. The planner then counts only free time: a batch that needs ``d``
-    seconds and ends at ``t`` starts at :meth:`before` ``(t, d)``. Work is treated as
-    divisible around busy time (a batch of this query fits in the gaps); the executor that
-    runs the plans takes one batch at a time, earliest deadline first. The empty ``Busy()``
-    is plain arithmetic: ``before(t, d) == t - d``.
+    (``runtime.plan_window`` with ``shares``); each plan gets the time the plans before it
+    take. The planner then counts only free time: a batch that needs ``d`` seconds and
+    ends at ``t`` starts at :meth:`before` ``(t, d)``.
+
+    Two executors. By default work is divisible around busy time: a batch of this query
+    fits in the gaps, as on an executor that hands its cores to the earlier deadline's
+    tasks as they come. With ``whole=True`` a batch is not divided: it runs in one free gap
+    from start to end, as under ``runtime.cluster_turn``, which runs one batch at a time and
+    takes none back once started. The empty ``Busy()`` is plain arithmetic:
+    ``before(t, d) == t - d``.
     """
 
     intervals: tuple[tuple[float, float], ...] = ()
+    whole: bool = False
+
+    def gaps(self, a: float, b: float) -> list[tuple[float, float]]:
+        """The free pieces of ``[a, b]``, in order."""
+        out, t = [], a
+        for s, e in self.intervals:
+            if e <= t:
+                continue
+            if s >= b:
+                break
+            if s > t:
+                out.append((t, s))
+            t = e
+        if t < b:
+            out.append((t, b))
+        return out
 
     def free(self, a: float, b: float) -> float:
-        """Free seconds in ``[a, b]`` (negative when ``b < a``, as ``b - a`` is)."""
+        """Free seconds in ``[a, b]`` (negative when ``b < a``, as ``b - a`` is); with
+        ``whole``, the longest free gap there, the most one batch can use."""
         if b <= a or not self.intervals:
             return b - a
-        return (b - a) - sum(max(0.0, min(e, b) - max(s, a)) for s, e in self.intervals)
+        pieces = [e - s for s, e in self.gaps(a, b)]
+        if self.whole:
+            return max(pieces, default=0.0)
+        return sum(pieces)
 
     def before(self, t: float, d: float) -> float:
-        """The latest start ``s`` with ``d`` free seconds in ``[s, t]``."""
+        """The latest start ``s`` with ``d`` free seconds in ``[s, t]`` (with ``whole``, in
+        one gap: ``[s, s + d]`` is free)."""
         if not self.intervals:
             return t - d
         for s, e in reversed(self.intervals):
@@ -662,7 +687,8 @@ class Busy:
             e = min(e, t)
             if t - e >= d:
                 return t - d
-            d -= t - e
+            if not self.whole:
+                d -= t - e
             t = s
         return t - d
 
@@ -671,7 +697,8 @@ class Busy:
         return self.used(t, d)[-1][1] if d > 0 and self.intervals else t + d
 
     def used(self, t: float, d: float) -> list[tuple[float, float]]:
-        """The free pieces that ``d`` seconds of work started at ``t`` takes, in order."""
+        """The free pieces that ``d`` seconds of work started at ``t`` takes, in order (with
+        ``whole``, one: the first gap from ``t`` on that holds it)."""
         if d <= 0:
             return [(t, t)]
         pieces = []
@@ -679,6 +706,9 @@ class Busy:
             if e <= t:
                 continue
             if s > t:
+                if self.whole and s - t < d:
+                    t = e
+                    continue
                 take = min(d, s - t)
                 pieces.append((t, t + take))
                 d -= take
@@ -696,4 +726,4 @@ class Busy:
                 out[-1][1] = max(out[-1][1], e)
             else:
                 out.append([s, e])
-        return Busy(tuple((s, e) for s, e in out))
+        return Busy(tuple((s, e) for s, e in out), self.whole)

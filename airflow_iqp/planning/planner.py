@@ -115,7 +115,8 @@ def schedule_without_agg_cost(arrival: ArrivalModel, cost: CostModel, window_end
 
     ``last_batch_deadline`` is deadlineQ minus the assumed final-aggregation cost.
     ``busy``: time the executor gives to queries planned before this one; only the free
-    time between two points counts (:class:`~airflow_iqp.planning.models.Busy`).
+    time between two points counts, or with ``busy.whole`` its longest free gap
+    (:class:`~airflow_iqp.planning.models.Busy`).
     """
     pending = arrival.total
     if pending == 0:

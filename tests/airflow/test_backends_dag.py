@@ -44,7 +44,7 @@ DAG_FILE = textwrap.dedent('''
             query="q4", dag_id="t_" + name, landing=DATA + "/units", static=DATA + "/static",
             units=6, window=dt.timedelta(minutes=2), deadline_offset=dt.timedelta(minutes=2), backend=backend,
             state_dir=os.environ["T_STATE"] + "/" + name, deadline_alert=False, retries=0, fuse_tail=fused,
-            anchor=pendulum.datetime(2026, 1, 1, tz="UTC"))
+            tail_slots=1 if name == "connect" else 0, anchor=pendulum.datetime(2026, 1, 1, tz="UTC"))
 ''')
 
 RUNNER = textwrap.dedent('''
@@ -112,6 +112,9 @@ def test_connect_then_submit_dag_in_one_process(tmp_path):
         # A mapped batch writes its partial; a fused tail merges its batch without writing one.
         assert (manifest.parent / "partials" / "batch-0001.metrics.json").is_file() == (name == "connect")
         assert m["batches"] == [1]
+        # On Spark Connect a mapped batch takes its turn at the gate (tail_slots=1), and leaves it.
+        turns = tmp_path / "state" / name / "_turns"
+        assert turns.is_dir() == (name == "connect") and not any(turns.glob("*/*"))
         # Each task recorded its process's CPU; dag.test() runs them all in one process, so the
         # records are cumulative here. spark-submit work shows as reaped children; Connect has none.
         cpu = {json.loads(p.read_text())["task_id"]: json.loads(p.read_text())

@@ -83,3 +83,46 @@ def test_a_second_query_planned_after_the_first_avoids_its_time_and_cuts_its_las
     assert overlap(executed(shared, busy), busy) <= TOL
     # Run together on one executor the first's batches take their time, the second's the rest.
     assert executed(shared, busy)[-1][1] <= end + 6 + TOL
+
+
+def test_whole_batches_take_one_gap_by_hand():
+    busy = Busy(whole=True).plus([(15, 20), (10, 12)])
+    assert busy.whole and busy.gaps(0, 30) == [(0, 10), (12, 15), (20, 30)]
+    # The longest gap, not the sum: 3 s free between 11 and 16, but at most 3 s in one piece.
+    assert busy.free(0, 30) == 10 and busy.free(11, 16) == 3 and busy.free(12, 22) == 3
+    # 4 s ending by 20 do not fit in 12..15: they go before 10.
+    assert busy.before(20, 4) == 6 and busy.before(20, 3) == 12
+    assert busy.used(9, 3) == [(12, 15)] and busy.after(9, 4) == 24 and busy.after(0, 5) == 5
+
+
+whole = intervals.map(lambda b: Busy(b.intervals, whole=True))
+
+
+@settings(max_examples=300, deadline=None)
+@given(whole, st.integers(0, 100).map(lambda t: t / 2), st.integers(1, 40).map(lambda d: d / 4))
+def test_whole_work_runs_in_one_free_gap(busy, t, d):
+    s = busy.before(t, d)
+    assert s + d <= t + TOL and overlap([(s, s + d)], busy) <= TOL
+    # No later start would fit: nudging it later hits busy time or passes t.
+    assert s + d >= t - TOL or overlap([(s + 0.25, s + 0.25 + d)], busy) > TOL
+    pieces = busy.used(t, d)
+    assert len(pieces) == 1 and abs(pieces[0][1] - pieces[0][0] - d) <= TOL
+    assert overlap(pieces, busy) <= TOL and pieces[0][0] >= t - TOL
+    assert busy.free(t, busy.after(t, d)) >= d - TOL
+
+
+@SETTINGS
+@given(instance(linear_cost, max_total=120), whole)
+def test_a_plan_of_whole_batches_runs_each_in_one_gap(inst, busy):
+    arrival, cost, final_agg, window_end, deadline = inst
+    plan = plan_batches(*inst, busy=busy)
+    assert sum(plan.sizes) == arrival.total
+    pieces = executed(plan, busy)
+    assert len(pieces) == len(plan.batches) + 1  # one piece per batch, and the merge
+    assert overlap(pieces, busy) <= TOL
+    finish = pieces[-1][1] if pieces else window_end
+    assert abs(plan.slack - (deadline - finish)) <= 1e-6
+    if plan.feasible:
+        assert finish <= deadline + TOL
+        for b in plan.batches:  # its latest start leaves it one gap of its cost
+            assert overlap([(b.latest_start, b.latest_start + b.cost)], busy) <= TOL

@@ -468,8 +468,10 @@ def test_queries_sharing_a_cluster_are_planned_jointly_earliest_deadline_first(t
     joint = {q: plan_window(cfg(tmp_path, query=q, shares=offsets, **hint), START, end, end + offsets[q], now=START)
              for q in offsets}
     assert joint["cq1"].plan.to_dict() == alone["cq1"].plan.to_dict() and "planned after" not in joint["cq1"].models
-    first = Busy().plus(executed(joint["cq1"].plan))
+    # Whole batches (the gate runs one at a time): each of cq2's batches in one gap of cq1's.
+    first = Busy(whole=True).plus(executed(joint["cq1"].plan))
     second = executed(joint["cq2"].plan, first)
+    assert len(second) == len(joint["cq2"].plan.batches) + 1
     assert sum(max(0.0, min(e, be) - max(s, bs)) for s, e in second for bs, be in first.intervals) < 1e-7
     assert joint["cq2"].plan.feasible and second[-1][1] <= 240 + 45 + 1e-7
     assert joint["cq2"].plan.sizes != alone["cq2"].plan.sizes and "planned after cq1" in joint["cq2"].models
