@@ -423,6 +423,19 @@ def test_cluster_turn_leaves_the_cluster_to_a_batch_due_earlier_that_is_about_to
     t0 = _time.time()
     with cluster_turn(entry("q6", now + 80, _time.time()), slots=1, poll=0.01):
         assert _time.time() - t0 < 0.5 and not ws3.claim_path(1).exists()
+    # A fused tail holds the cluster through its merge (planned=): its batch alone (0.5 s)
+    # leaves cq4 time, batch and merge (3 s) do not.
+    t1 = _time.time()
+    due = [entry("cq4", t1 + 3.0, t1 + 0.2, cost=1.0, remaining_cost=1.5)]
+    ws4 = WindowState(state, "cq4", "w")
+    ws4.root.mkdir(parents=True)
+    atomic_write_json(ws4.root / "plan.json", {"batches": due})
+    tail = entry("q10", now + 90, t1, cost=0.5, remaining_cost=3.0)
+    with cluster_turn(tail, slots=1, poll=0.01):
+        assert _time.time() - t1 < 0.5 and not ws4.claim_path(1).exists()
+    threading.Timer(0.6, lambda: claim_units(ws4, 1, ["000002"], [])).start()
+    with cluster_turn(tail, slots=1, poll=0.01, planned=tail["remaining_cost"]):
+        assert ws4.claim_path(1).exists() and _time.time() - t1 >= 0.6
 
 
 def test_a_batch_is_held_back_only_if_the_query_due_earlier_would_then_finish_late(tmp_path):
