@@ -685,7 +685,7 @@ class Busy:
             if s >= t:
                 continue
             e = min(e, t)
-            if t - e >= d:
+            if t - e >= d or (self.whole and within(d, t - e)):
                 return t - d
             if not self.whole:
                 d -= t - e
@@ -706,10 +706,10 @@ class Busy:
             if e <= t:
                 continue
             if s > t:
-                if self.whole and s - t < d:
+                if self.whole and not within(d, s - t):  # up to rounding: before() may place it so
                     t = e
                     continue
-                take = min(d, s - t)
+                take = d if self.whole else min(d, s - t)
                 pieces.append((t, t + take))
                 d -= take
                 if d <= 0:
