@@ -179,7 +179,7 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, sl
           flush=True)
     # The turn lasts through the merge: in try s7_d the second query's tail, reckoned as its
     # batch alone, took the turn 30 ms before the first query's and made it 0.48 s late.
-    with cluster_turn(tail, slots, planned=tail["remaining_cost"]):
+    with cluster_turn(tail, slots, planned=tail.get("remaining_cost")):
         return execute_tail(spark, query_id, window_dir, tail["index"], tail.get("static") or None, history=history)
 
 
