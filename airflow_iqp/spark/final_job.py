@@ -39,11 +39,7 @@ def check_coverage(ws, expect_units: int | None = None, computing: int | None = 
     from airflow_iqp.state import batch_of, read_claims
 
     claims = read_claims(ws)
-    partial_dirs = {}
-    if ws.partials_dir.is_dir():
-        for p in ws.partials_dir.iterdir():
-            if p.is_dir() and not p.name.startswith(".") and p.name.startswith("batch-"):
-                partial_dirs[batch_of(p)] = p
+    partial_dirs = {batch_of(p): p for p in _partial_dirs(ws)}
     if computing is not None and computing in claims:
         partial_dirs.setdefault(computing, ws.partial_path(computing))
     # A batch that found nothing to claim (its claim is empty) has no partial, and needs none.
@@ -75,6 +71,13 @@ def check_coverage(ws, expect_units: int | None = None, computing: int | None = 
     }
 
 
+def _partial_dirs(ws) -> list[Path]:
+    """The written partial directories of a window (``partials/batch-NNNN/``), in order."""
+    if not ws.partials_dir.is_dir():
+        return []
+    return sorted(p for p in ws.partials_dir.iterdir() if p.is_dir() and p.name.startswith("batch-"))
+
+
 def _window_state(window_dir: Path):
     """The WindowState of ``STATE/<query>/<window>`` (an absolute path)."""
     from airflow_iqp.state import WindowState
@@ -82,12 +85,55 @@ def _window_state(window_dir: Path):
     return WindowState(window_dir.parents[1], window_dir.parent.name, window_dir.name)
 
 
+def _written_dirs(window_dir: str | os.PathLike) -> dict[str, tuple[int, int]]:
+    """``{path: (inode, mtime_ns)}`` of a window's written partial directories (a partial
+    written again, by a retry, is a new directory in its place: a new identity)."""
+    out = {}
+    for p in _partial_dirs(_window_state(Path(window_dir).absolute())):
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        out[str(p)] = (st.st_ino, st.st_mtime_ns)
+    return out
+
+
+def read_written(spark, window_dir: str | os.PathLike, earlier: dict | None = None) -> dict | None:
+    """The partials of a window written by now, read and their schema resolved ahead of the
+    merge: ``{"dirs": _written_dirs(), "df": DataFrame}``, None if there are none, or
+    ``earlier`` if they have not changed since it was read.
+
+    A fused tail reads them while it waits for the window's last units, so that after the
+    window's end the merge does not resolve them again (the final DataFrame took 0.05 s
+    instead of 0.11 s, median of 8 merges of CQ3 on a warm Connect server).
+    :func:`execute_final` uses it only if the window's partials are still those.
+    """
+    dirs = _written_dirs(window_dir)
+    if earlier is not None and earlier["dirs"] == dirs:
+        return earlier
+    if not dirs:
+        return None
+    df = spark.read.parquet(*dirs)
+    df.schema  # noqa: B018  (resolves the files' schema now, not after the window's end)
+    return {"dirs": dirs, "df": df}
+
+
+def _ahead_or_paths(written: dict | None, window_dir: str | os.PathLike, paths: list[str]):
+    """``written["df"]`` if it read exactly ``paths`` and none was written again since, else ``paths``."""
+    if written is None or sorted(written["dirs"]) != sorted(paths) or _written_dirs(window_dir) != written["dirs"]:
+        return paths
+    return written["df"]
+
+
 def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect_units: int | None = None,
-                  history: bool = True, backend: str | None = None, tail: tuple[int, object] | None = None) -> dict:
+                  history: bool = True, backend: str | None = None, tail: tuple[int, object] | None = None,
+                  written: dict | None = None) -> dict:
     """Merge a window's partials into its result; return the result manifest.
 
     ``tail``: ``(batch, partial DataFrame)`` of a claimed batch whose partial is not written
     yet (a fused tail's): it is merged with the written ones in the same Spark job.
+    ``written``: those written ones as read ahead by :func:`read_written` (used with a
+    ``tail`` only, and only if they are still the window's partials).
     """
     from airflow_iqp.errors import ConfigError
     from airflow_iqp.spark.jobmetrics import StepMeter, backend_name
@@ -106,8 +152,8 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
     backend = backend or backend_name(spark)
     with StepMeter(spark) as meter:
         if tail:
-            written = [p for p in cover["partials"] if p != str(ws.partial_path(tail[0]))]
-            df = run_final(spark, query, written, also=tail[1])
+            paths = [p for p in cover["partials"] if p != str(ws.partial_path(tail[0]))]
+            df = run_final(spark, query, _ahead_or_paths(written, window_dir, paths), also=tail[1])
         else:
             df = run_final(spark, query, cover["partials"])
         write_atomic(df, ws.result_dir)
@@ -128,7 +174,7 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
 
 
 def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch: int | None,
-                 static_dir: str | None, *, history: bool = True) -> dict:
+                 static_dir: str | None, *, history: bool = True, written: dict | None = None) -> dict:
     """A fused tail: the last batch and the merge in one Spark job.
 
     The last batch's partial aggregate is merged with the written partials in the same job
@@ -138,7 +184,7 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
     session 5's spark-submit run); the result manifest covers its units
     (:func:`check_coverage` with ``computing``). A retry computes it again from the same
     claim, so no unit is counted twice; a partial found written (by an older version)
-    is merged as any other.
+    is merged as any other. ``written``: :func:`read_written`, taken before the claim.
     """
     from airflow_iqp.spark.steps import run_batch
     from airflow_iqp.state import read_json
@@ -149,7 +195,7 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
     files = read_json(claim).get("files", []) if claim is not None and claim.is_file() else []
     pending = bool(files) and not ws.partial_path(tail_batch).is_dir()
     tail = (tail_batch, run_batch(spark, query_id, files, static_dir)) if pending else None
-    return execute_final(spark, query_id, window_dir, history=history, tail=tail)
+    return execute_final(spark, query_id, window_dir, history=history, tail=tail, written=written)
 
 
 def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, slots: int = 0, *,
@@ -161,7 +207,8 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, sl
     ``tail`` is the plan's tail (:func:`airflow_iqp.runtime.split_tail`). First each batch
     ready after the task started (``tail["before"]``), in order: wait until it may start, as
     its sensor would, claim, take a turn on the cluster, write its partial. Then the last
-    batch: wait, claim, take a turn and run it with the merge (:func:`execute_tail`). Turns:
+    batch: wait, reading the written partials as they come (:func:`read_written`), claim,
+    take a turn and run it with the merge (:func:`execute_tail`). Turns:
     ``slots`` batches of the state directory at once, earliest deadline first
     (:func:`airflow_iqp.runtime.cluster_turn`); with a gate the turn is its, and the last
     batch's ``turn_ts`` (``ahead``) does not hold it back as well. A retry re-reads every
@@ -174,13 +221,20 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, sl
         tail = {k: v for k, v in tail.items() if k != "turn_ts"}
     for entry in tail.get("before") or []:
         _run_batch_in_turn(spark, window_dir, entry, slots, history)
-    claim = wait_and_claim(tail)
+    ahead = [read_written(spark, window_dir)]
+
+    def sleep(seconds: float) -> None:  # while it waits: read the partials again when they change
+        ahead[0] = read_written(spark, window_dir, ahead[0])
+        time.sleep(seconds)
+
+    claim = wait_and_claim(tail, sleep=sleep)
     print(f"airflow-iqp final_job: {tail.get('label', tail['index'])}: claimed {len(claim['units'])} units",
           flush=True)
     # The turn lasts through the merge: in try s7_d the second query's tail, reckoned as its
     # batch alone, took the turn 30 ms before the first query's and made it 0.48 s late.
     with cluster_turn(tail, slots, planned=tail.get("remaining_cost")):
-        return execute_tail(spark, query_id, window_dir, tail["index"], tail.get("static") or None, history=history)
+        return execute_tail(spark, query_id, window_dir, tail["index"], tail.get("static") or None, history=history,
+                            written=ahead[0])
 
 
 def _run_batch_in_turn(spark, window_dir: str | os.PathLike, entry: dict, slots: int, history: bool) -> None:

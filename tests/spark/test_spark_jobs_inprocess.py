@@ -112,6 +112,36 @@ def test_a_fused_tail_merges_its_batch_in_one_job_writes_no_partial_and_a_retry_
     assert [r["kind"] for r in read_cost_history(tmp_path, query=qid)] == ["batch", "batch"]
 
 
+def test_a_fused_tail_merges_the_partials_read_ahead_unless_one_was_written_again(spark, units, tpch_dir, tmp_path):
+    """What a fused tail reads while it waits (``read_written``) is read again when a partial
+    appears, and the merge uses it only if no partial was written again since (a retried
+    batch's new directory): the result is right either way."""
+    from airflow_iqp.spark.final_job import _ahead_or_paths, execute_tail, read_written
+
+    qid, static = "cq3", str(tpch_dir / "static")
+    query = get_query(qid)
+    ws = WindowState(tmp_path, qid, "w")
+    for b, chunk in enumerate(split_consecutive(units, 3)):
+        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
+    assert read_written(spark, ws.root) is None
+    execute_batch(spark, qid, ws.claim_path(0), static, ws.partial_path(0))
+    ahead = read_written(spark, ws.root)
+    assert list(ahead["dirs"]) == [str(ws.partial_path(0))]
+    execute_batch(spark, qid, ws.claim_path(1), static, ws.partial_path(1))
+    paths = [str(ws.partial_path(b)) for b in (0, 1)]
+    assert _ahead_or_paths(ahead, ws.root, paths) == paths  # batch 1's partial came after it
+    ahead = read_written(spark, ws.root, ahead)
+    assert read_written(spark, ws.root, ahead) is ahead  # nothing new: not read again
+    assert _ahead_or_paths(ahead, ws.root, paths) is ahead["df"]
+    cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
+    execute_tail(spark, qid, ws.root, 2, static, written=ahead)
+    assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="tail merged with the read-ahead")
+    execute_batch(spark, qid, ws.claim_path(1), static, ws.partial_path(1))  # batch 1 retried
+    assert _ahead_or_paths(ahead, ws.root, paths) == paths
+    execute_tail(spark, qid, ws.root, 2, static, written=ahead)
+    assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="tail after a partial written again")
+
+
 def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_units_land(
         spark, units, tpch_dir, tmp_path):
     """``run_tail`` with ``before``: the final task, started early, runs batch 2 when its units
