@@ -142,7 +142,8 @@ def _fits(arrival, cost, final_agg, window_end, deadline, passes: list[int] | No
           busy: Busy = IDLE) -> list[int] | None:
     """The fewest batches that finish, final aggregation included, by ``deadline``.
 
-    One batch after the window's end if it fits (eq. 2-3, no final aggregation);
+    One batch after the window's end if it fits (eq. 2-3; its final aggregation, if the
+    final step runs even after one batch, included);
     otherwise the outer loop of section 3.1: assume the final aggregation of two
     batches, run Function 1, and while the plan's own final aggregation costs more
     than the one assumed, assume the plan's batch count and run again. With a
@@ -154,7 +155,7 @@ def _fits(arrival, cost, final_agg, window_end, deadline, passes: list[int] | No
     total = arrival.total
     if total == 0:
         return []
-    if within(busy.after(window_end, cost.cost(total)), deadline):
+    if within(_one_batch_finish(arrival, cost, final_agg, window_end, busy), deadline):
         return [total]
     assumed, runs = 2, 0
     while True:
@@ -200,10 +201,17 @@ def plan_batches(arrival: ArrivalModel, cost: CostModel, final_agg: FinalAggCost
     return plan
 
 
+def _one_batch_finish(arrival, cost, final_agg, window_end, busy: Busy = IDLE) -> float:
+    """When one batch of the whole window, started at the window's end, is done, its final
+    aggregation included (``final_agg.cost(1)``: zero unless the final step runs even after a
+    single batch, ``merge_single``)."""
+    return busy.after(busy.after(window_end, cost.cost(arrival.total)), final_agg.cost(1))
+
+
 def _earliest_finish(arrival, cost, final_agg, window_end, deadline, passes,
                      busy: Busy = IDLE) -> tuple[float, list[int]]:
     lo = deadline
-    hi = busy.after(window_end, cost.cost(arrival.total))  # one batch after the window end always fits
+    hi = _one_batch_finish(arrival, cost, final_agg, window_end, busy)  # one batch after the window end always fits
     best = _fits(arrival, cost, final_agg, window_end, hi, passes, busy)
     assert best is not None
     for _ in range(100):

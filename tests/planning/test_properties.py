@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from airflow_iqp.planning.models import (
     FixedRate, LinearCost, LinearFinalAgg, PiecewiseLinearCost, PiecewiseLinearFinalAgg, ProfileArrival,
 )
-from airflow_iqp.planning.planner import plan_batches
+from airflow_iqp.planning.planner import build_plan, plan_batches
 from airflow_iqp.planning.solver import solve_plan
 from tests.planning.oracle import check_plan, exhaustive
 
@@ -54,10 +54,14 @@ def piecewise_cost(draw):
     return PiecewiseLinearCost(tuple((float(x), y / 4) for x, y in zip(xs, ys)))
 
 
+# Either kind, with or without ``merge_single`` (the final step runs even after one batch,
+# as this provider's does).
 final_aggs = st.one_of(
-    st.builds(LinearFinalAgg, base=quarters, per_batch=st.sampled_from([0.0, 0.1, 0.25, 0.5])),
-    st.lists(st.integers(0, 8), min_size=1, max_size=3).map(
-        lambda ys: PiecewiseLinearFinalAgg(tuple((float(2 + 2 * i), y / 4) for i, y in enumerate(sorted(ys))))),
+    st.builds(LinearFinalAgg, base=quarters, per_batch=st.sampled_from([0.0, 0.1, 0.25, 0.5]),
+              merge_single=st.booleans()),
+    st.tuples(st.lists(st.integers(0, 8), min_size=1, max_size=3), st.booleans()).map(
+        lambda a: PiecewiseLinearFinalAgg(tuple((float(2 + 2 * i), y / 4) for i, y in enumerate(sorted(a[0]))),
+                                          merge_single=a[1])),
 )
 
 
@@ -133,3 +137,18 @@ def test_non_linear_costs_can_defeat_function_1_and_the_plan_says_so():
         assert "linear cost models" in plan.extra["note"]
     linear = plan_batches(FixedRate(1.0, 10, 1.0), LinearCost(0.5), agg, 10.0, 11.0)
     assert "note" not in linear.extra
+
+
+def test_one_batch_after_the_window_pays_the_merge_too():
+    """With ``merge_single`` one batch after the window's end is followed by the final step
+    as well: it fits only if both do. Counting the batch alone, the planner settled on that
+    one batch and missed deadlines that two batches meet."""
+    arrival, cost = FixedRate(1.0, 240), LinearCost(0.1, 20.0)
+    agg = LinearFinalAgg(base=20.0, per_batch=0.5, merge_single=True)
+    for offset, sizes in ((62, [30, 210]), (50, [150, 90])):
+        plan = plan_batches(arrival, cost, agg, 239.0, 239.0 + offset)
+        check_plan(plan, arrival, cost, agg, 239.0, 239.0 + offset)
+        assert plan.feasible and plan.sizes == sizes, (offset, plan.sizes, plan.reason)
+        assert not build_plan([240], arrival, cost, agg, 239.0, 239.0 + offset).feasible  # so two is fewest
+    one = plan_batches(arrival, cost, agg, 239.0, 239.0 + 64.5)  # 44 s of batch, then a 20.5 s merge
+    assert one.feasible and one.sizes == [240] and one.final_agg_cost == 20.5
