@@ -34,12 +34,14 @@ first) and plan for the turns of those due before them (``ahead``).
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Mapping
 
 import pendulum
 from airflow.sdk import DAG, XComArg, task_group
 
 from airflow_iqp.errors import ConfigError
+from airflow_iqp.query import Query, decompose
+from airflow_iqp.streams import as_streams, landing_of
 from airflow_iqp.operators.final import FinalAggregationOperator
 from airflow_iqp.operators.plan import BatchPlanOperator
 from airflow_iqp.operators.submit import BatchSubmitOperator
@@ -51,8 +53,10 @@ from airflow_iqp.timetables.window import WindowTimetable
 BATCH_LABEL = "{{ task.batch.label }}"
 
 
-def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadline_offset: dt.timedelta,
-            static: str | None = None, dag_id: str | None = None, rate: float | None = None, profile: str = "fixed",
+def iqp_dag(*, units: int, window: dt.timedelta, deadline_offset: dt.timedelta, query: str | Query | None = None,
+            sql: str | None = None, name: str | None = None, streams: Mapping | None = None,
+            landing: str | None = None, static: str | Mapping | None = None, allow_single_batch: bool = False,
+            dag_id: str | None = None, rate: float | None = None, profile: str = "fixed",
             arrival: str = "hint", cost_hint: dict | None = None, final_agg_hint: dict | None = None,
             backend: str = "spark-submit", state_dir: str | None = None, mode: str = "plan", rsf: float = 0.5,
             c_max: float | None = None, max_batches: int = 16, margin: float | None = None, pool: str | None = None,
@@ -64,8 +68,23 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
             shares: dict | None = None, cost_scale: float | None = None, **dag_kwargs) -> DAG:
     """Build the DAG of one recurring query.
 
-    :param query: a query id of the catalogue (``airflow-iqp`` queries: cq1..cq4, q1, q3, ...).
-    :param landing: where this window's units land (templated, e.g. with ``data_interval_start``).
+    :param sql: the query, one aggregate SELECT in Spark SQL over ``streams`` and ``static``
+        tables. It is split into a per-batch step and a final step when the DAG file is
+        parsed; a query that cannot be split is refused then, with one line that says why
+        (:func:`airflow_iqp.query.decompose`).
+    :param name: the query's id with ``sql=`` (the DAG is ``iqp_<name>``; it names the query's
+        state directory): letters, digits, ``_``, ``.``, ``-``.
+    :param streams: the tables whose rows arrive over the window: name -> landing path
+        (templated, e.g. with ``data_interval_start``) or :class:`~airflow_iqp.streams.Stream`.
+        One file per unit by default; streams joined in one query land together, each unit a
+        directory holding one file per stream (``Stream(..., unit="dir")``).
+    :param static: the static tables: name -> path (a file or a directory of files).
+    :param allow_single_batch: run a query that cannot be split anyway, as one batch after
+        the window's end.
+    :param query: instead of ``sql``: a catalogued query's id (cq1..cq4, q1, q3, ..., on the
+        TPC-H layout, with ``landing`` and ``static`` a directory of ``<table>.parquet``), or a
+        :class:`~airflow_iqp.query.Query` (e.g. ``Query(partial=fn, final=fn)`` of PySpark functions).
+    :param landing: a catalogued query's landing path (with ``sql``, the streams give it).
     :param units: units expected per window.
     :param window: the window length; runs are created as each window opens.
     :param deadline_offset: the result is due this long after the window's end.
@@ -105,6 +124,10 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
     """
     from airflow_iqp.deadlines import window_deadline_alert
 
+    q, stream_list, landing = _query_and_streams(query, sql, name, streams, landing, static, allow_single_batch)
+    if q.single_batch:
+        mode = "one_batch"
+    query = q.id
     if backend not in BACKENDS:
         raise ConfigError(f"must be one of {', '.join(BACKENDS)}, got {backend!r}", "backend")
     if backend == "spark-connect":
@@ -120,11 +143,13 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
         start_date=start_date or pendulum.datetime(2026, 1, 1, tz="UTC"),
         catchup=catchup,
         tags=("iqp", query, *tags),
-        doc_md=f"Recurring query **{query}**: windows of {window}, result due {deadline_offset} after each.",
+        doc_md=f"Recurring query **{query}**: windows of {window}, result due {deadline_offset} after each."
+               + (f"\n\n```sql\n{q.sql.strip()}\n```" if q.sql else ""),
         **dag_kwargs,
     ) as dag:
         plan = BatchPlanOperator(
-            task_id="plan", query=query, landing=landing, units=units, static=static, state_dir=state_dir,
+            task_id="plan", query=q, landing=landing, units=units, static=static, state_dir=state_dir,
+            streams=[st.to_dict() for st in stream_list] if stream_list else None,
             rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint, final_agg_hint=final_agg_hint,
             backend=backend, mode=mode, rsf=rsf, c_max=c_max, max_batches=max_batches, margin=margin,
             on_deadline_risk=on_deadline_risk, fuse_tail=fuse_tail, dispatch=dispatch, ahead=ahead,
@@ -151,3 +176,54 @@ def iqp_dag(*, query: str, landing: str, units: int, window: dt.timedelta, deadl
         if fuse_tail:
             BatchReadySensor(task_id="tail_wait", batch=tail, claim=False) >> final
     return dag
+
+
+def _query_and_streams(query, sql, name, streams, landing, static, allow_single_batch):
+    """The Query, the streams it reads (None: the TPC-H layout) and its landing path."""
+    from airflow_iqp.query.catalogue import get_query
+
+    if (query is None) == (sql is None):
+        raise ConfigError("give the query as sql=... (with streams=) or as query=... (a catalogue id or a Query), "
+                          "one of the two", "sql")
+    if sql is not None:
+        if not name:
+            raise ConfigError("a SQL query needs a name= (it names the DAG and the query's state)", "name")
+        if not streams:
+            raise ConfigError("a SQL query needs streams={'table': '<landing path>'}", "streams")
+        if static is not None and not isinstance(static, Mapping):
+            raise ConfigError("with sql=, give static tables as {'table': '<path>'}", "static")
+        declared = as_streams(streams)
+        schemas = {s.name: ddl_columns(s.schema) for s in declared if s.schema}
+        check = schemas if not static and len(schemas) == len(declared) else None
+        query = decompose(sql, id=name, streams=[s.name for s in declared], static=list(static or ()),
+                          schemas=check, allow_single_batch=allow_single_batch)
+    elif isinstance(query, str):
+        query = get_query(query)
+        if landing is None:
+            raise ConfigError(f"query {query.id}: give landing= (where each window's units land)", "landing")
+        return query, None, landing
+    if not isinstance(query, Query):
+        raise ConfigError(f"must be a catalogue id or a Query, got {type(query).__name__}", "query")
+    if streams is None:
+        raise ConfigError(f"query {query.id}: give streams={{'table': '<landing path>'}}", "streams")
+    read = [s for s in as_streams(streams) if s.name in query.streams]
+    missing = sorted(set(query.streams) - {s.name for s in read})
+    if missing:
+        raise ConfigError(f"query {query.id} reads stream(s) {', '.join(missing)}: declare them in streams=",
+                          "streams")
+    return query, read, landing_of(read)
+
+
+def ddl_columns(ddl: str) -> dict[str, str]:
+    """``"a INT, b DECIMAL(15,2)"`` as ``{"a": "INT", "b": "DECIMAL(15,2)"}``."""
+    out, depth, part = {}, 0, ""
+    for ch in ddl + ",":
+        if ch == "," and depth == 0:
+            if part.strip():
+                col, _, typ = part.strip().partition(" ")
+                out[col.strip("`")] = typ.strip()
+            part = ""
+            continue
+        depth += (ch in "(<") - (ch in ")>")
+        part += ch
+    return out

@@ -25,13 +25,13 @@ from airflow_iqp.planning.models import (
     fit_piecewise_linear, plus_fixed, scaled,
 )
 from airflow_iqp.planning.planner import IDLE, Plan, build_plan, executed, plan_batches
+from airflow_iqp.streams import TPCH, Stream, files_of
 from airflow_iqp.state import (
     WindowState, atomic_write_json, claim_units, count_landed, list_ready_units, read_claims, read_cost_history,
-    read_json, unit_files,
+    read_json,
 )
 
 #: What a unit's files are; a unit is complete when both exist.
-STREAMS = ("orders", "lineitem")
 
 
 #: The execution backends: one spark-submit per batch, or a shared Spark Connect server.
@@ -59,7 +59,9 @@ class QueryConfig:
     landing: str                 #: this window's landing directory (resolved)
     state_dir: str
     units: int                   #: units expected per window
-    static: str | None = None
+    static: str | dict | None = None  #: a directory of <table>.parquet, or table -> path
+    #: The query's streams as ``Stream.to_dict()`` (None: the TPC-H layout): what a unit is.
+    streams: tuple | None = None
     rate: float | None = None    #: arrival hint, units/s (default: units over the window)
     profile: str = "fixed"       #: arrival hint's profile (airflow_iqp.inputs.profiles)
     arrival: str = "hint"        #: "hint", or "observed": the last window's observed arrivals
@@ -256,7 +258,7 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
     if deadline < window_end:
         raise ConfigError(f"the deadline ({deadline}) is before the window end ({window_end})", "deadline_offset")
     length = window_end - window_start
-    arrived = len(list_ready_units(cfg.landing))
+    arrived = len(list_ready_units(cfg.landing, streams_of(cfg)))
     backfill = now >= window_end and arrived >= cfg.units
     if cfg.ahead and not cfg.ahead < deadline - window_end:
         raise ConfigError(f"the queries ahead of this one ({cfg.ahead:g} s) leave it no time before its deadline "
@@ -389,6 +391,7 @@ def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, window_end:
             "units": b.units, "cumulative": b.cumulative, "expected_total": cfg.units, "last": b.index == k,
             "ready_ts": ready, "latest_start_ts": latest, "cost": b.cost, "remaining_cost": remaining,
             "deadline_ts": deadline, "landing": cfg.landing, "state_dir": cfg.state_dir, "static": cfg.static,
+            **({"streams": list(cfg.streams)} if cfg.streams else {}),
             "backend": cfg.backend, "backfill": backfill,
             **({"cost_scale": cfg.cost_scale} if cfg.cost_scale != 1 else {}),
             "label": f"batch {b.index}/{k} · {b.units} units · ready {clock(ready)}",
@@ -479,7 +482,7 @@ def batch_ready(batch: dict, now: float, arrived: int | None = None) -> str | No
         # server: one directory listing (0.2 ms) first.
         if count_landed(batch["landing"]) < needed:
             return None
-        arrived = len(list_ready_units(batch["landing"]))
+        arrived = len(list_ready_units(batch["landing"], streams_of(batch)))
     if arrived < needed:
         return None
     if batch["index"] > 1:
@@ -672,10 +675,11 @@ def claim_batch(batch: dict) -> dict:
     if ws.claim_path(batch["index"]).exists():
         return read_json(ws.claim_path(batch["index"]))
     taken = {u for m in read_claims(ws).values() for u in m.get("units", [])}
-    units = [p for p in list_ready_units(batch["landing"]) if p.name not in taken]
+    streams = streams_of(batch)
+    units = [p for p in list_ready_units(batch["landing"], streams) if p.name not in taken]
     if batch.get("max_units") is not None:  # a MinBatch takes its size, oldest units first
         units = units[: batch["max_units"]]
-    return claim_units(ws, batch["index"], [p.name for p in units], unit_files(units, STREAMS))
+    return claim_units(ws, batch["index"], [p.name for p in units], files_of(units, streams))
 
 
 # -------------------------------------------------------------------- late data
@@ -685,15 +689,16 @@ def late_units(batch_or_cfg: dict, window_start: float) -> dict:
     """Units in the landing directory that no batch claimed: late data, with arrival times."""
     ws = WindowState(batch_or_cfg["state_dir"], batch_or_cfg["query"], window_id(window_start))
     taken = {u for m in read_claims(ws).values() for u in m.get("units", [])}
-    late = [p for p in list_ready_units(batch_or_cfg["landing"]) if p.name not in taken]
-    return {"units": [p.name for p in late], "files": unit_files(late, STREAMS),
+    streams = streams_of(batch_or_cfg)
+    late = [p for p in list_ready_units(batch_or_cfg["landing"], streams) if p.name not in taken]
+    return {"units": [p.name for p in late], "files": files_of(late, streams),
             "arrival_times": [p.stat().st_mtime for p in late]}
 
 
 def record_arrivals(batch_or_cfg: dict, window_start: float) -> Path:
     """Observed arrival offsets of the window's units, for the next window's plan."""
     ws = WindowState(batch_or_cfg["state_dir"], batch_or_cfg["query"], window_id(window_start))
-    units = list_ready_units(batch_or_cfg["landing"])
+    units = list_ready_units(batch_or_cfg["landing"], streams_of(batch_or_cfg))
     offsets = sorted(max(0.0, p.stat().st_mtime - window_start) for p in units)
     return atomic_write_json(ws.root / "arrivals.json", {"offsets": offsets, "units": [p.name for p in units]})
 
@@ -723,6 +728,12 @@ def window_task_cpu(window_root: str | os.PathLike) -> dict:
     own = sum(r["self_cpu_seconds"] for r in recs)
     kids = sum(r["children_cpu_seconds"] for r in recs)
     return {"tasks": len(recs), "self_cpu_seconds": own, "children_cpu_seconds": kids, "cpu_seconds": own + kids}
+
+
+def streams_of(entry_or_cfg: Any) -> tuple[Stream, ...]:
+    """The streams of a plan entry, a late-data record's source or a QueryConfig (TPC-H by default)."""
+    found = entry_or_cfg.get("streams") if isinstance(entry_or_cfg, dict) else entry_or_cfg.streams
+    return tuple(Stream.from_dict(s) for s in found) if found else TPCH
 
 
 def as_batch(value: Any) -> dict:

@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     from pyspark.sql import functions as F
 
     from airflow_iqp.inputs.tpch import schema_ddl
-    from airflow_iqp.spark.queries import get_query
+    from airflow_iqp.query.catalogue import get_query
     from airflow_iqp.spark.steps import read_static, run_batch, write_atomic
     from airflow_iqp.state import unit_files
 
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
             tables = {q.streams[0]: src(q.streams[0])}
             for t in q.static:
                 tables[t] = read_static(spark, args.static, t)
-            agg = q.partial(spark, tables)
+            agg = q.compute_partial(spark, tables)
 
             def sink(df, epoch, qout=qout):
                 df.write.mode("overwrite").parquet(str(qout / "agg"))
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
         else:
             paths = sorted(str(x) for x in (qout / "partials").glob("epoch-*"))
             partials = spark.read.parquet(*paths)
-        write_atomic(q.final(spark, partials), qout / "result")
+        write_atomic(q.compute_final(spark, partials), qout / "result")
         finished[q.id] = time.time()
 
     if args.available_now:

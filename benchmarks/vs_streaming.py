@@ -70,7 +70,7 @@ from airflow_iqp.inputs.tpch import generate  # noqa: E402
 from airflow_iqp.planning.models import cost_model_from_dict, final_agg_from_dict  # noqa: E402
 from airflow_iqp.spark import connect  # noqa: E402
 from airflow_iqp.spark.calibrate import calibrate  # noqa: E402
-from airflow_iqp.spark.queries import get_query  # noqa: E402
+from airflow_iqp.query.catalogue import get_query  # noqa: E402
 from airflow_iqp.spark.submit import run_submit, submit_args  # noqa: E402
 from airflow_iqp.state import read_cost_history, read_json  # noqa: E402
 

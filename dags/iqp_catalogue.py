@@ -8,7 +8,7 @@ import os
 from datetime import timedelta
 
 from airflow_iqp.dag_factory import iqp_dag
-from airflow_iqp.spark.queries import get_query, list_queries
+from airflow_iqp.query.catalogue import get_query, list_queries
 
 DATA = os.environ.get("IQP_DATA", "/opt/iqp")
 

@@ -1,6 +1,9 @@
-"""CQ2, orders per priority: one run per window, the result due soon after the window closes.
+"""CQ2, orders per priority, written as SQL: one run per window, the result due soon after
+the window closes.
 
-Set IQP_DATA to the directory that holds tpch/static and the landing directories; the
+The orders land as TPC-H units (``airflow-iqp tpch``): each unit a directory holding
+``orders.parquet`` (and the orders' ``lineitem.parquet``, which this query does not read).
+Set IQP_DATA to the directory that holds the landing directories; the
 window, the units per window and the deadline offset come from IQP_WINDOW_S, IQP_UNITS
 and IQP_DEADLINE_S (an hour, 240 units and 10 minutes by default). IQP_ANCHOR (ISO
 time) puts a window boundary there, and no window starts before it; none starts after
@@ -18,9 +21,9 @@ ANCHOR = datetime.fromisoformat(os.environ["IQP_ANCHOR"]) if os.environ.get("IQP
 END = datetime.fromisoformat(os.environ["IQP_END"]) if os.environ.get("IQP_END") else None
 
 dag = iqp_dag(
-    query="cq2",
-    landing=DATA + "/landing/cq2/{{ data_interval_start | ts_nodash }}",
-    static=DATA + "/tpch/static",
+    name="cq2",
+    sql="SELECT count(*) AS totalorders, o_orderpriority FROM orders GROUP BY o_orderpriority",
+    streams={"orders": {"path": DATA + "/landing/cq2/{{ data_interval_start | ts_nodash }}", "unit": "dir"}},
     units=int(os.environ.get("IQP_UNITS", "240")),
     window=timedelta(seconds=int(os.environ.get("IQP_WINDOW_S", "3600"))),
     deadline_offset=timedelta(seconds=int(os.environ.get("IQP_DEADLINE_S", "600"))),

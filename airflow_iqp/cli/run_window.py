@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import sys
 
+from airflow_iqp.cli.query_args import add_query_args, saved_from_args
+
 
 def add_parser(subparsers):
     p = subparsers.add_parser("run-window", help="run one window's batches and final aggregation via spark-submit",
                               description=__doc__)
-    p.add_argument("--query", required=True, help="query id, e.g. cq2 or q4")
-    p.add_argument("--data", required=True, help="generated data dir (units/ + static/) or a landing dir")
-    p.add_argument("--static", help="static tables dir (needed with a landing dir for join queries)")
+    p.add_argument("--query", help="a catalogued query's id, e.g. cq2 or q4 (with --data); or give --sql")
+    p.add_argument("--data", help="with --query: generated data dir (units/ + static/) or a landing dir")
+    p.add_argument("--static-dir", help="with --query: static tables dir (needed with a landing dir for joins)")
+    add_query_args(p, required=False)
     p.add_argument("--batches", type=int, required=True, help="number K of consecutive batches")
     p.add_argument("--out", required=True, help="state directory (claims, partials, result)")
     p.add_argument("--window-id", default="w0", help="window id in the state directory (default w0)")
@@ -36,10 +39,19 @@ def parse_conf(items: list[str]) -> dict[str, str]:
 
 
 def run(args) -> int:
+    from airflow_iqp.errors import ConfigError
     from airflow_iqp.spark.window import run_window
 
     conf = parse_conf(args.conf)
-    report = run_window(args.query, args.data, args.batches, args.out, static=args.static, window_id=args.window_id,
+    sql = args.sql is not None or args.sql_file is not None
+    if sql == bool(args.query):
+        raise ConfigError("give --query QID --data DIR, or --sql (or --sql-file) with --stream NAME=DIR", "query")
+    if sql and not args.stream:
+        raise ConfigError("--sql needs the streams' directories: --stream NAME=DIR", "stream")
+    if args.query and not args.data:
+        raise ConfigError("--query needs --data DIR", "data")
+    query = saved_from_args(args, check_files=True) if sql else args.query
+    report = run_window(query, args.data, args.batches, args.out, static=args.static_dir, window_id=args.window_id,
                         master=args.master, conf=conf, ship_package=args.ship_package or None,
                         log=None if args.json else (lambda m: print(m, file=sys.stderr, flush=True)))
     if args.json:

@@ -10,8 +10,11 @@ from airflow.sdk import BaseOperator
 from airflow_iqp import config
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.notifications.deadline import DeadlineRiskNotifier
+from airflow_iqp.query import Query
+from airflow_iqp.query.catalogue import get_query
+from airflow_iqp.query.store import Saved, save_query
 from airflow_iqp.runtime import (
-    QueryConfig, clock, format_window_plan, plan_window, record_task_cpu, split_tail, store_plan,
+    QueryConfig, clock, format_window_plan, plan_window, record_task_cpu, split_tail, store_plan, streams_of,
     tail_lead as default_lead,
 )
 from airflow_iqp.state import WindowState
@@ -49,7 +52,8 @@ class BatchPlanOperator(BaseOperator):
     template_fields: Sequence[str] = ("landing", "static", "state_dir")
     ui_color = "#f5e6c8"
 
-    def __init__(self, *, query: str, landing: str, units: int, static: str | None = None,
+    def __init__(self, *, query: str | Query, landing: str, units: int, static: str | dict | None = None,
+                 streams: Sequence[dict] | None = None,
                  state_dir: str | None = None, rate: float | None = None, profile: str = "fixed",
                  arrival: str = "hint", cost_hint: dict | None = None, final_agg_hint: dict | None = None,
                  backend: str = "spark-submit", mode: str = "plan", rsf: float = 0.5, c_max: float | None = None,
@@ -62,7 +66,11 @@ class BatchPlanOperator(BaseOperator):
         self.tail_lead = default_lead(backend) if tail_lead is None else float(tail_lead)
         if not self.tail_lead >= 0:
             raise ConfigError(f"must be >= 0 seconds, got {tail_lead!r}", "tail_lead")
-        self.query, self.landing, self.units, self.static = query, landing, units, static
+        # A catalogued query is named by its id; a user's query is the Query itself.
+        self.query_def = query if isinstance(query, Query) else None
+        self.query = query.id if isinstance(query, Query) else query
+        self.landing, self.units, self.static = landing, units, static
+        self.streams = tuple(streams) if streams else None
         self.state_dir = state_dir or config.state_dir()
         self.options = {k: v for k, v in dict(rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint,
                                                final_agg_hint=final_agg_hint, backend=backend, mode=mode, rsf=rsf,
@@ -88,7 +96,9 @@ class BatchPlanOperator(BaseOperator):
             raise ConfigError("this run has no window: trigger it with a logical date, or let the "
                               "WindowTimetable schedule it", "data_interval")
         cfg = QueryConfig(query=self.query, landing=self.landing, state_dir=self.state_dir, units=self.units,
-                          static=self.static, **self.options)
+                          static=self.static, streams=self.streams, **self.options)
+        # What the batch and final jobs run: saved with this window's plan, loaded by the jobs.
+        save_query(cfg.state_dir, Saved(self.query_def or get_query(self.query), streams_of(cfg), cfg.static))
         wp = plan_window(cfg, start.timestamp(), end.timestamp(), (end + self._offset(context)).timestamp())
         self.log.info("plan\n%s", format_window_plan(wp))
         path = store_plan(wp)

@@ -118,7 +118,9 @@ class BatchSubmitOperator(_BatchTask, _IQPSparkSubmit):
         super().render_template_fields(context, jinja_env)
         batch = as_batch(self.batch)
         ws = batch_state(batch)
-        self._prepare("batch", [batch["query"], str(ws.claim_path(batch["index"])), batch["static"] or "",
+        # A directory of <table>.parquet travels as an argument; a mapping of paths is in the saved query.
+        static = batch["static"] if isinstance(batch["static"], str) else ""
+        self._prepare("batch", [batch["query"], str(ws.claim_path(batch["index"])), static,
                                 str(ws.partial_path(batch["index"])), "--state-dir", batch["state_dir"]])
         self.execution_timeout = self._batch_timeout(batch)
 

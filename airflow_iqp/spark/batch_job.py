@@ -51,11 +51,10 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
     """Run one batch end to end in ``spark``: read the claim, compute, write, record. Returns the metrics."""
     from airflow_iqp.errors import ConfigError
     from airflow_iqp.spark.jobmetrics import StepMeter, backend_name
-    from airflow_iqp.spark.queries import get_query
+    from airflow_iqp.query.store import load_query
     from airflow_iqp.spark.steps import check_input_files, parquet_rows, run_batch, write_atomic
     from airflow_iqp.state import WindowState, append_cost_history, atomic_write_json, batch_of, read_json
 
-    query = get_query(query_id)
     manifest_path = Path(manifest_path)
     if not manifest_path.is_file():
         raise ConfigError(f"{manifest_path}: claim manifest does not exist", field="manifest")
@@ -70,10 +69,12 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
             state_dir, window = ws.state_dir, ws.window_id
         except ConfigError:
             state_dir = None
+    saved = load_query(query_id, state_dir)
+    query = saved.query
     _remove_stale_temps(output)
     with StepMeter(spark) as meter:
-        infos = check_input_files(files, query.streams)
-        df = run_batch(spark, query, files, static_dir)
+        infos = check_input_files(files, saved.streams, query.streams)
+        df = run_batch(spark, saved, files, static_dir)
         write_atomic(df, output, before_rename=_pause_hook)
     metrics = {
         "query": query.id,

@@ -30,7 +30,7 @@ from typing import Callable, Sequence
 
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.planning.models import PiecewiseLinearFinalAgg, fit_piecewise_linear
-from airflow_iqp.spark.queries import get_query
+from airflow_iqp.query.catalogue import get_query
 from airflow_iqp.state import (
     WindowState, append_cost_fit, append_cost_history, claim_units, list_ready_units, read_json, unit_files,
 )

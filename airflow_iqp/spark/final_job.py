@@ -137,25 +137,26 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
     """
     from airflow_iqp.errors import ConfigError
     from airflow_iqp.spark.jobmetrics import StepMeter, backend_name
-    from airflow_iqp.spark.queries import get_query
+    from airflow_iqp.query.store import load_query
     from airflow_iqp.spark.steps import parquet_rows, run_final, write_atomic
     from airflow_iqp.state import append_cost_history, atomic_write_json
 
-    query = get_query(query_id)
     window_dir = Path(window_dir).absolute()
     if not window_dir.is_dir():
         raise ConfigError(f"{window_dir}: window state directory does not exist", field="window_dir")
     ws = _window_state(window_dir)
-    if ws.query_id != query.id:
-        raise ConfigError(f"{window_dir} belongs to query {ws.query_id}, not {query.id}", field="window_dir")
+    if ws.query_id != query_id.lower():
+        raise ConfigError(f"{window_dir} belongs to query {ws.query_id}, not {query_id}", field="window_dir")
+    saved = load_query(query_id, ws.state_dir)
+    query = saved.query
     cover = check_coverage(ws, expect_units, computing=tail[0] if tail else None)
     backend = backend or backend_name(spark)
     with StepMeter(spark) as meter:
         if tail:
             paths = [p for p in cover["partials"] if p != str(ws.partial_path(tail[0]))]
-            df = run_final(spark, query, _ahead_or_paths(written, window_dir, paths), also=tail[1])
+            df = run_final(spark, saved, _ahead_or_paths(written, window_dir, paths), also=tail[1])
         else:
-            df = run_final(spark, query, cover["partials"])
+            df = run_final(spark, saved, cover["partials"])
         write_atomic(df, ws.result_dir)
     manifest = {
         "query": query.id, "window": ws.window_id, "result": str(ws.result_dir),
@@ -186,6 +187,7 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
     claim, so no unit is counted twice; a partial found written (by an older version)
     is merged as any other. ``written``: :func:`read_written`, taken before the claim.
     """
+    from airflow_iqp.query.store import load_query
     from airflow_iqp.spark.steps import run_batch
     from airflow_iqp.state import read_json
 
@@ -194,7 +196,7 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
     claim = ws.claim_path(tail_batch) if tail_batch is not None else None
     files = read_json(claim).get("files", []) if claim is not None and claim.is_file() else []
     pending = bool(files) and not ws.partial_path(tail_batch).is_dir()
-    tail = (tail_batch, run_batch(spark, query_id, files, static_dir)) if pending else None
+    tail = (tail_batch, run_batch(spark, load_query(query_id, ws.state_dir), files, static_dir)) if pending else None
     return execute_final(spark, query_id, window_dir, history=history, tail=tail, written=written)
 
 

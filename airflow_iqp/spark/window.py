@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from airflow_iqp.errors import ConfigError, DataError
-from airflow_iqp.spark.queries import get_query
+from airflow_iqp.query.store import Saved, load_query, save_query
 from airflow_iqp.spark.submit import build_pyfiles_zip, job_path, run_submit, submit_args
-from airflow_iqp.state import WindowState, claim_units, list_ready_units, read_json, unit_files
+from airflow_iqp.state import WindowState, claim_units, read_json
+from airflow_iqp.streams import files_of, landing_of, list_units
 
 
 def resolve_data(data: str | os.PathLike, static: str | os.PathLike | None = None) -> tuple[Path, Path | None]:
@@ -41,32 +42,44 @@ def split_consecutive(items: Sequence, k: int) -> list[list]:
     return out
 
 
-def run_window(query_id: str, data: str | os.PathLike, batches: int, out: str | os.PathLike, *,
+def run_window(query: str | Saved, data: str | os.PathLike | None, batches: int, out: str | os.PathLike, *,
                static: str | os.PathLike | None = None, window_id: str = "w0", master: str = "local[*]",
                conf: Mapping[str, str] | None = None, ship_package: bool | None = None,
                timeout: float | None = None, log=None) -> dict:
     """Claim and run ``batches`` consecutive batches of a window's units, then the final job.
 
+    ``query`` is a catalogued query's id, whose units are in ``data`` (see
+    :func:`resolve_data`), or a :class:`Saved` query whose streams say where its units are
+    (``data`` is then ignored). The query is saved in ``out`` for the jobs to load.
+
     Returns ``{"result", "manifest", "batches": [{"batch","units","files","wall_seconds","cpu_seconds",
     "job"}], "final": {"wall_seconds","cpu_seconds","job"}}`` where wall/CPU seconds are
     those of each whole spark-submit process tree and ``job`` the job's own metrics.
     """
-    query = get_query(query_id)
-    landing, static_dir = resolve_data(data, static)
-    if query.static and static_dir is None:
+    if isinstance(query, Saved):
+        saved, landing = query, Path(landing_of(query.streams))
+        if not landing.is_dir():
+            raise ConfigError(f"{landing} is not a directory", field="stream")
+    else:
+        landing, static_dir = resolve_data(data, static)
+        saved = Saved(load_query(query).query, static=str(static_dir) if static_dir else None)
+    query = saved.query
+    if query.static and saved.static is None:
         raise ConfigError(f"query {query.id} needs static tables {', '.join(query.static)}; give --static",
                           field="static")
-    units = list_ready_units(landing)
+    read = [s for s in saved.streams if s.name in query.streams]
+    units = list_units(landing, saved.streams)
     if units and batches > len(units):
         raise ConfigError(f"{batches} batches for {len(units)} units; use at most {len(units)}", field="batches")
     ws = WindowState(Path(out).absolute(), query.id, window_id)
+    save_query(ws.state_dir, saved)
     ship = (not master.startswith("local")) if ship_package is None else ship_package
     py_files = str(build_pyfiles_zip(ws.root / ".pyfiles" / "airflow_iqp.zip")) if ship else None
     report = {"query": query.id, "window": window_id, "result": str(ws.result_dir), "manifest": str(ws.result_manifest),
               "batches": [], "final": None}
     for b, chunk in enumerate(split_consecutive(units, batches)):
-        manifest = claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
-        argv = submit_args(job_path("batch"), [query.id, ws.claim_path(b), str(static_dir or ""), ws.partial_path(b)],
+        manifest = claim_units(ws, b, [u.name for u in chunk], files_of(chunk, read))
+        argv = submit_args(job_path("batch"), [query.id, ws.claim_path(b), "", ws.partial_path(b)],
                            master=master, conf=conf, py_files=py_files, name=f"iqp-{query.id}-{window_id}-b{b}")
         res = run_submit(argv, timeout=timeout)
         if res.returncode != 0:

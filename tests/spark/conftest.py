@@ -53,3 +53,11 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def events_dir(tmp_path_factory) -> Path:
+    """The generated non-TPC-H event stream (tests/events.py): 6 units and a categories table."""
+    from tests.events import generate_events
+
+    return generate_events(tmp_path_factory.mktemp("events"))

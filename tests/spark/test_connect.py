@@ -51,7 +51,7 @@ def _rows(path) -> list[tuple]:
 
 
 def _connect_window(spark, qid, tpch_dir, units, k, out) -> WindowState:
-    from airflow_iqp.spark.queries import get_query
+    from airflow_iqp.query.catalogue import get_query
 
     query = get_query(qid)
     ws = WindowState(out, qid, "w0")
@@ -153,3 +153,55 @@ def test_calibrate_cli_errors_name_the_option(tpch_dir, tmp_path):
                           "--port", str(free_port()), "--dir", str(tmp_path / "none")], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "warm_up: --warm-up goes with start and needs --data" in bad.stderr
+
+
+def _saved_window(spark, saved, events_dir, k, out) -> WindowState:
+    """A window of the event stream through the jobs' own functions, the query saved in the state."""
+    from airflow_iqp.query.store import save_query
+    from airflow_iqp.streams import files_of, list_units
+
+    ws = WindowState(out, saved.query.id, "w0")
+    save_query(out, saved)
+    units = list_units(events_dir / "events", saved.streams)
+    for b, chunk in enumerate(split_consecutive(units, k)):
+        claim_units(ws, b, [u.name for u in chunk], files_of(chunk, saved.streams))
+        execute_batch(spark, saved.query.id, ws.claim_path(b), None, ws.partial_path(b))
+    execute_final(spark, saved.query.id, ws.root, expect_units=len(units))
+    return ws
+
+
+def test_a_users_sql_and_pyspark_functions_run_on_the_connect_server(server, events_dir, tmp_path):
+    """The same split query and the same DataFrame functions as in-process, on Spark Connect."""
+    from tests.events import duckdb_events
+
+    from airflow_iqp.query import Query, decompose
+    from airflow_iqp.query.store import Saved
+    from airflow_iqp.streams import Stream
+
+    sql = ("SELECT c.cat_name, count(*) AS n, avg(amount) AS a, stddev_samp(qty) AS sd, "
+           "count(DISTINCT user_id) FILTER (WHERE qty > 2) AS u FROM events e LEFT JOIN categories c "
+           "ON e.cat_id = c.cat_id GROUP BY c.cat_name HAVING count(*) > 1 ORDER BY n DESC, cat_name ASC NULLS FIRST")
+    streams = (Stream("events", path=str(events_dir / "events")),)
+    static = {"categories": str(events_dir / "categories.parquet")}
+
+    def partial(tables):
+        from pyspark.sql import functions as F
+
+        return tables["events"].groupBy("country").agg(F.count("*").alias("n"), F.max("qty").alias("q"))
+
+    def final(partials):
+        from pyspark.sql import functions as F
+
+        return partials.groupBy("country").agg(F.sum("n").alias("n"), F.max("q").alias("q"))
+
+    spark = connect_session(server["url"])
+    try:
+        saved = Saved(decompose(sql, id="cats", streams=["events"], static=["categories"]), streams, static)
+        got = _rows(_saved_window(spark, saved, events_dir, 3, tmp_path / "sql").result_dir)
+        assert_same_rows(got, duckdb_events(sql, events_dir)[1], ordered=True, label="SQL on Connect")
+        custom = Saved(Query(id="custom", streams=("events",), partial=partial, final=final), streams)
+        got = _rows(_saved_window(spark, custom, events_dir, 2, tmp_path / "fn").result_dir)
+        ref = duckdb_events("SELECT country, count(*) AS n, max(qty) AS q FROM events GROUP BY country", events_dir)[1]
+        assert_same_rows(got, ref, ordered=False, label="functions on Connect")
+    finally:
+        spark.stop()

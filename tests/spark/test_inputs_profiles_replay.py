@@ -136,7 +136,7 @@ def test_submit_args_and_pyfiles_zip(tmp_path, monkeypatch):
     assert "airflow_iqp/spark/batch_job.py" in names and "airflow_iqp/state.py" in names
     assert not [n for n in names if "__pycache__" in n]
     # the zip alone is enough to import the catalogue (what an executor does)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import airflow_iqp.spark.queries as q; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import airflow_iqp.query.catalogue as q; "
             "assert q.__file__.startswith(sys.argv[1]); print(len(q.list_queries()))")
     out = subprocess.run([sys.executable, "-S", "-c", code, str(z)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -14,7 +14,7 @@ from tests.reference import assert_same_rows, duckdb_reference
 from airflow_iqp.errors import DataError
 from airflow_iqp.spark.batch_job import execute_batch
 from airflow_iqp.spark.final_job import execute_final
-from airflow_iqp.spark.queries import get_query
+from airflow_iqp.query.catalogue import get_query
 from airflow_iqp.spark.steps import run_batch, run_final, write_atomic
 from airflow_iqp.spark.window import split_consecutive
 from airflow_iqp.state import (

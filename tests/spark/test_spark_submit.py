@@ -30,6 +30,29 @@ def _rows(spark, path) -> list[tuple]:
     return [tuple(r) for r in spark.read.parquet(str(path)).collect()]
 
 
+def test_run_window_cli_runs_a_users_sql_over_its_own_files(events_dir, spark, tmp_path):
+    """--sql with --stream and --static: the split query through real spark-submit processes."""
+    from tests.events import duckdb_events
+
+    sql = ("SELECT c.cat_name, count(*) AS n, sum(amount) AS s, avg(qty) AS a, var_pop(amount) AS v, "
+           "count(DISTINCT user_id) AS u FROM events e LEFT JOIN categories c ON e.cat_id = c.cat_id "
+           "GROUP BY c.cat_name ORDER BY n DESC, cat_name ASC NULLS FIRST")
+    out = tmp_path / "state"
+    proc = subprocess.run(
+        [sys.executable, "-m", "airflow_iqp.cli.main", "run-window", "--sql", sql, "--name", "cats",
+         "--stream", f"events={events_dir / 'events'}", "--static", f"categories={events_dir / 'categories.parquet'}",
+         "--batches", "2", "--out", str(out), "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [len(b["units"]) for b in report["batches"]] == [3, 3]
+    cols, ref = duckdb_events(sql, events_dir)
+    result = spark.read.parquet(report["result"])
+    assert result.columns == cols
+    assert_same_rows([tuple(r) for r in result.collect()], ref, ordered=True, label="run-window --sql")
+
+
 def test_run_window_cli_single_stream_query(tpch_dir, units, spark, tmp_path):
     out = tmp_path / "state"
     proc = subprocess.run(

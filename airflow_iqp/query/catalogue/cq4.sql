@@ -1,0 +1,1 @@
+select count(*) as totalitems, l_partkey from lineitem group by l_partkey

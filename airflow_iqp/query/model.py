@@ -1,0 +1,164 @@
+"""The Query model: what runs per batch and what runs at the end of a window.
+
+A :class:`Query` is built from the user's SQL by :func:`airflow_iqp.query.decompose`, or
+given as two PySpark DataFrame functions (``Query(id=..., streams=..., partial=fn,
+final=fn)``). Either way the Spark side calls the same two methods:
+
+* :meth:`Query.compute_partial` ``(spark, tables)``: one batch's partial state, from the
+  batch's stream DataFrames and the static tables;
+* :meth:`Query.compute_final` ``(spark, partials)``: the window's result, from the union
+  of every partial.
+
+Pure Python: no Airflow and no Spark import (a ``spark`` session is passed in).
+A SQL query travels as plain JSON (:meth:`to_dict`); a function query as a cloudpickle
+of its two functions, made when it is saved (never when a DAG file is parsed).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from airflow_iqp.errors import ConfigError
+
+#: ``CAST(... AS __type_of__<col>__)`` in a merge step: the type of partial column <col>.
+TYPE_OF = "__type_of__{}__"
+#: ``CAST(... AS __avg_type_of__<col>__)``: AVG's type for an input whose SUM is <col>.
+AVG_TYPE_OF = "__avg_type_of__{}__"
+_TYPE_MARK = re.compile(r"__(type_of|avg_type_of)__(\w+?)__")
+_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def check_query_id(qid: str) -> str:
+    """A query id names a directory of the state directory: letters, digits, ``_ . -``."""
+    if not isinstance(qid, str) or not _ID.match(qid) or qid in (".", ".."):
+        raise ConfigError(f"must be letters, digits, '_', '.' or '-' (it names a state directory), got {qid!r}",
+                          field="name")
+    return qid
+
+
+def _avg_type(sum_type: str) -> str:
+    """Spark's AVG result type for an input whose SUM has ``sum_type``: SUM widens a
+    decimal(p, s) to decimal(p + 10, s) and AVG to decimal(p + 4, s + 4), both at most 38."""
+    m = re.fullmatch(r"decimal\((\d+),(\d+)\)", sum_type.replace(" ", ""))
+    if not m:
+        return "double"
+    p, s = int(m.group(1)) - 10, int(m.group(2))
+    return f"decimal({min(38, p + 4)},{min(38, s + 4)})"
+
+
+def resolve_types(sql: str, types: Mapping[str, str]) -> str:
+    """Fill a merge step's type marks from the partials' column types (``simpleString``)."""
+    def fill(m: re.Match) -> str:
+        col_type = types[m.group(2)]
+        return col_type if m.group(1) == "type_of" else _avg_type(col_type)
+
+    return _TYPE_MARK.sub(fill, sql)
+
+
+def show_types(sql: str) -> str:
+    """A merge step's type marks as words, for ``explain``."""
+    return _TYPE_MARK.sub(lambda m: f"<type of {m.group(2)}>" if m.group(1) == "type_of"
+                          else f"<AVG type for {m.group(2)}>", sql)
+
+
+@dataclass(frozen=True)
+class Query:
+    """One recurring query.
+
+    ``streams`` are the tables whose rows arrive over the window (each batch sees its own
+    units' rows); ``static`` the tables read whole by every batch. For a SQL query,
+    ``partial_sql`` is the per-batch step over ``{stream}``/``{static}`` references,
+    ``merge_sql`` merges ``{partials}`` group by group, and ``finish_sql`` computes
+    everything above the aggregation over ``{merged}``. ``columns`` are the result's
+    columns, in order; ``ordered`` says the result's row order is defined (ORDER BY).
+    """
+
+    id: str
+    streams: tuple[str, ...]
+    static: tuple[str, ...] = ()
+    partial: Callable | None = field(default=None, compare=False)
+    final: Callable | None = field(default=None, compare=False)
+    sql: str | None = None
+    partial_sql: str | None = None
+    merge_sql: str | None = None
+    finish_sql: str | None = None
+    columns: tuple[str, ...] = ()
+    ordered: bool = False
+    title: str = ""
+    single_batch: bool = False  #: a query that cannot be split, run as one batch after the window's end
+
+    def __post_init__(self) -> None:
+        check_query_id(self.id)
+        object.__setattr__(self, "streams", tuple(self.streams))
+        object.__setattr__(self, "static", tuple(self.static))
+        object.__setattr__(self, "columns", tuple(self.columns))
+        if not self.streams:
+            raise ConfigError(f"query {self.id} reads no stream; name at least one", field="streams")
+        functions = self.partial is not None or self.final is not None
+        if functions and self.partial_sql is not None:
+            raise ConfigError(f"query {self.id}: give either SQL or partial=/final= functions, not both",
+                              field="partial")
+        if functions and not (callable(self.partial) and callable(self.final)):
+            raise ConfigError(f"query {self.id}: partial= and final= must both be functions", field="final")
+        if not functions and self.partial_sql is None:
+            raise ConfigError(f"query {self.id}: give sql= or partial= and final= functions", field="sql")
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        return self.streams + self.static
+
+    @property
+    def kind(self) -> str:
+        return "sql" if self.partial_sql is not None else "functions"
+
+    # ----------------------------------------------------------------- Spark side
+
+    def compute_partial(self, spark, tables: Mapping[str, Any]):
+        """One batch's partial state, a DataFrame (``tables``: name -> DataFrame)."""
+        missing = [t for t in self.tables if t not in tables]
+        if missing:
+            raise ConfigError(f"query {self.id}: no DataFrame for table(s) {', '.join(missing)}", field="tables")
+        if self.partial is not None:
+            return self.partial({t: tables[t] for t in self.tables})
+        return spark.sql(self.partial_sql, **{t: tables[t] for t in self.tables})
+
+    def compute_final(self, spark, partials):
+        """The window's result, a DataFrame, from the union of all partials."""
+        if self.final is not None:
+            return self.final(partials)
+        merge = self.merge_sql
+        if _TYPE_MARK.search(merge):
+            merge = resolve_types(merge, {f.name: f.dataType.simpleString() for f in partials.schema.fields})
+        merged = spark.sql(merge, partials=partials)
+        return spark.sql(self.finish_sql, merged=merged)
+
+    # ----------------------------------------------------------------- JSON
+
+    def to_dict(self) -> dict:
+        out = {"id": self.id, "kind": self.kind, "title": self.title, "streams": list(self.streams),
+               "static": list(self.static), "columns": list(self.columns), "ordered": self.ordered,
+               "single_batch": self.single_batch}
+        if self.kind == "sql":
+            out |= {"sql": self.sql, "partial_sql": self.partial_sql, "merge_sql": self.merge_sql,
+                    "finish_sql": self.finish_sql}
+        else:
+            from pyspark import cloudpickle  # at save time only: functions travel by value
+
+            out["functions"] = base64.b64encode(cloudpickle.dumps((self.partial, self.final))).decode()
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Query":
+        common = dict(id=d["id"], streams=tuple(d["streams"]), static=tuple(d.get("static", ())),
+                      columns=tuple(d.get("columns", ())), ordered=bool(d.get("ordered")),
+                      title=d.get("title", ""), single_batch=bool(d.get("single_batch")))
+        if d.get("kind", "sql") == "sql":
+            return cls(**common, sql=d.get("sql"), partial_sql=d["partial_sql"], merge_sql=d["merge_sql"],
+                       finish_sql=d["finish_sql"])
+        import pickle
+
+        partial, final = pickle.loads(base64.b64decode(d["functions"]))
+        return cls(**common, partial=partial, final=final)
