@@ -180,10 +180,11 @@ def plan_batches(arrival: ArrivalModel, cost: CostModel, final_agg: FinalAggCost
     the deadline moves later), with ``feasible=False`` and a reason.
 
     The count is the fewest possible for linear cost models (an exchange argument, and
-    the property tests check it against exhaustive search). For other cost models the
-    plan is still valid and meets the deadline when it says so, but may have more
-    batches than needed, and ``plan.extra["note"]`` says so: the paper's claim of
-    optimality for any cost model does not hold (see tests/planning/test_properties.py).
+    the property tests check it against exhaustive search and the exact planner). For
+    other cost models the plan is still valid and meets the deadline when it says so, but
+    may have more batches than needed, or miss a deadline that fewer batches meet, and
+    ``plan.extra["note"]`` says so: the paper's claim of optimality for any cost model does
+    not hold (see tests/planning/test_properties.py). ``exact.plan_exact`` is exact for any.
     """
     _check_window(arrival, window_end, deadline)
     passes: list[int] = []
@@ -197,7 +198,7 @@ def plan_batches(arrival: ArrivalModel, cost: CostModel, final_agg: FinalAggCost
     plan.extra["function1_runs"] = sum(passes)
     if not isinstance(cost, LinearCost):
         plan.extra["note"] = ("Function 1 finds the fewest batches for linear cost models; with this one it may "
-                              "use more than needed")
+                              "use more than needed or miss a deadline fewer meet: method 'exact' finds the fewest")
     return plan
 
 

@@ -58,10 +58,24 @@ def compositions(total):
 
 def exhaustive(arrival, cost, final_agg, window_end, deadline):
     """(fewest batches meeting the deadline or None, earliest finish over all plans)."""
-    best_k, best_finish = None, float("inf")
+    best = best_plans(arrival, cost, final_agg, window_end, deadline)
+    return (best[0] if best[2] <= deadline + TOL else None), best[2]
+
+
+def best_plans(arrival, cost, final_agg, window_end, deadline):
+    """(count, total cost, finish) of the best plan by exhaustive search: the fewest batches
+    that meet the deadline, then the least total cost; if none meets it, the earliest
+    finish, then the fewest batches, then the least total cost. Costs and finishes within
+    ``TOL`` count as equal."""
+    feasible, late = [], []
     for sizes in compositions(arrival.total):
         f = asap_finish(sizes, arrival, cost, final_agg, window_end)
-        best_finish = min(best_finish, f)
-        if f <= deadline + TOL and (best_k is None or len(sizes) < best_k):
-            best_k = len(sizes)
-    return best_k, best_finish
+        total = sum(cost.cost(n) for n in sizes) + final_agg.cost(len(sizes))
+        (feasible if f <= deadline + TOL else late).append((len(sizes), total, f))
+    if feasible:
+        k = min(p[0] for p in feasible)
+        return min((p for p in feasible if p[0] == k), key=lambda p: p[1])
+    earliest = min(p[2] for p in late)
+    first = [p for p in late if p[2] <= earliest + TOL]
+    k = min(p[0] for p in first)
+    return min((p for p in first if p[0] == k), key=lambda p: p[1])

@@ -1,4 +1,4 @@
-"""Property tests: every plan is valid; greedy, solver and exhaustive search agree.
+"""Property tests: every plan is valid; greedy, solver, exact and exhaustive search agree.
 
 Parameters are drawn from coarse grids (quarters of a second, twentieths per unit)
 so that comparisons at a deadline are either exact ties, which both methods accept,
@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 from airflow_iqp.planning.models import (
     FixedRate, LinearCost, LinearFinalAgg, PiecewiseLinearCost, PiecewiseLinearFinalAgg, ProfileArrival,
 )
+from airflow_iqp.planning.exact import plan_exact
 from airflow_iqp.planning.planner import build_plan, plan_batches
 from airflow_iqp.planning.solver import solve_plan
-from tests.planning.oracle import check_plan, exhaustive
+from tests.planning.oracle import TOL, best_plans, check_plan, exhaustive
 
 quarters = st.integers(0, 12).map(lambda q: q / 4)
 
@@ -113,6 +114,44 @@ def test_no_plan_has_fewer_batches_linear(inst):
         assert abs(plan.earliest_finish - best_finish) <= 1e-6 * max(1.0, best_finish)
 
 
+#: (cost, arrival, window end, deadline, fewest batches) where Function 1 misses a deadline
+#: that fewer batches meet: one superadditive, one concave.
+COUNTEREXAMPLES = [
+    (PiecewiseLinearCost(((1.0, 0.25), (2.0, 3.0), (3.0, 3.25))),
+     ProfileArrival(((0.0, 0.0), (0.5, 4.0), (1.0, 4.0), (4.0, 7.0))), 4.0, 4.25, 7),
+    (PiecewiseLinearCost(((1.0, 3.75), (4.0, 8.25), (10.0, 13.5))),
+     ProfileArrival(((0.0, 0.0), (0.5, 0.0), (11.0, 0.0), (12.5, 7.0), (14.5, 7.0), (18.5, 9.0))), 21.5, 29.0, 2),
+]
+
+
+@SETTINGS
+@given(instance(st.one_of(linear_cost, piecewise_cost()), max_total=9))
+def test_exact_no_plan_has_fewer_batches_nor_costs_less(inst):
+    """Method ``exact``, any cost model: no plan has fewer batches, none with as many costs
+    less. When none meets the deadline: none finishes earlier, and none that finishes as
+    early has fewer batches or costs less."""
+    arrival, cost, final_agg, window_end, deadline = inst
+    plan = plan_exact(*inst)
+    check_plan(plan, arrival, cost, final_agg, window_end, deadline)
+    count, total, finish = best_plans(*inst)
+    assert plan.method == "exact" and plan.feasible == (finish <= deadline + TOL)
+    assert len(plan.batches) == count
+    assert plan.total_cost <= total + TOL
+    if not plan.feasible:
+        assert abs(plan.earliest_finish - finish) <= TOL
+
+
+@SETTINGS
+@given(instance(linear_cost, max_total=60))
+def test_greedy_has_the_exact_count_for_linear_costs(inst):
+    greedy, exact = plan_batches(*inst), plan_exact(*inst)
+    assert greedy.feasible == exact.feasible
+    if greedy.feasible:
+        assert len(greedy.batches) == len(exact.batches)
+    else:
+        assert abs(greedy.earliest_finish - exact.earliest_finish) <= 1e-6 * max(1.0, abs(exact.earliest_finish))
+
+
 def test_non_linear_costs_can_defeat_function_1_and_the_plan_says_so():
     """Function 1 is optimal for linear costs only; hypothesis found both counterexamples.
 
@@ -122,19 +161,15 @@ def test_non_linear_costs_can_defeat_function_1_and_the_plan_says_so():
     before it saves 1.5 s at the end and costs 0.875 s earlier, so [7, 2] meets a deadline
     that Function 1's plans miss. The paper claims optimality for any cost model.
     """
-    cases = [
-        (PiecewiseLinearCost(((1.0, 0.25), (2.0, 3.0), (3.0, 3.25))),
-         ProfileArrival(((0.0, 0.0), (0.5, 4.0), (1.0, 4.0), (4.0, 7.0))), 4.0, 4.25, 7),
-        (PiecewiseLinearCost(((1.0, 3.75), (4.0, 8.25), (10.0, 13.5))),
-         ProfileArrival(((0.0, 0.0), (0.5, 0.0), (11.0, 0.0), (12.5, 7.0), (14.5, 7.0), (18.5, 9.0))), 21.5, 29.0, 2),
-    ]
     agg = LinearFinalAgg()
-    for cost, arrival, window_end, deadline, fewest in cases:
+    for cost, arrival, window_end, deadline, fewest in COUNTEREXAMPLES:
         plan = plan_batches(arrival, cost, agg, window_end, deadline)
         best_k, _ = exhaustive(arrival, cost, agg, window_end, deadline)
         assert best_k == fewest and not plan.feasible
         check_plan(plan, arrival, cost, agg, window_end, deadline)
-        assert "linear cost models" in plan.extra["note"]
+        assert "linear cost models" in plan.extra["note"] and "exact" in plan.extra["note"]
+        exact = plan_exact(arrival, cost, agg, window_end, deadline)
+        assert exact.feasible and len(exact.batches) == fewest and "note" not in exact.extra
     linear = plan_batches(FixedRate(1.0, 10, 1.0), LinearCost(0.5), agg, 10.0, 11.0)
     assert "note" not in linear.extra
 
