@@ -7,14 +7,16 @@ import json
 from pathlib import Path
 
 from airflow_iqp.cli import read_input
+from airflow_iqp.planning.spec import METHODS
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="plan the batches of one recurring query's window",
-                       description="Plan the fewest batches that meet the deadline (Algorithm 1, or the "
-                                   "OR-Tools model with method 'solver').")
+                       description="Plan the fewest batches that meet the deadline (Algorithm 1; the "
+                                   "OR-Tools model with method 'solver'; with method 'exact' a dynamic "
+                                   "program that is exact for any cost model).")
     p.add_argument("--spec", required=True, type=Path, help="plan spec (JSON)")
-    p.add_argument("--method", choices=("greedy", "solver"), help="override the spec's method")
+    p.add_argument("--method", choices=METHODS, help="override the spec's method")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--gantt", type=Path, metavar="OUT.png", help="draw the plan as a Gantt chart")
     return p

@@ -9,7 +9,7 @@
        | {"kind": "piecewise_linear", "points": [[units, seconds], ...]},
  "final_agg": {"kind": "linear", "base": 0.0, "per_batch": 0.0}
             | {"kind": "piecewise_linear", "points": [[batches, seconds], ...]},
- "method": "greedy" | "solver"}
+ "method": "greedy" | "solver" | "exact"}
 ```
 
 Pure Python (layer 1).
@@ -25,9 +25,12 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.models import (
     ArrivalModel, CostModel, FinalAggCost, arrival_from_dict, cost_model_from_dict, final_agg_from_dict,
 )
+from airflow_iqp.planning.exact import plan_exact
 from airflow_iqp.planning.planner import Plan, _check_window, plan_batches
 
-METHODS = ("greedy", "solver")
+#: Function 1 (Algorithm 1), the OR-Tools model of section 3.2 (linear costs), and the
+#: dynamic program that is exact for any cost model (``exact.plan_exact``).
+METHODS = ("greedy", "solver", "exact")
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,8 @@ class PlanSpec:
             from airflow_iqp.planning.solver import solve_plan
             return solve_plan(self.arrival, self.cost, self.final_agg, self.window_end, self.deadline,
                               **solver_options)
+        if method == "exact":
+            return plan_exact(self.arrival, self.cost, self.final_agg, self.window_end, self.deadline)
         return plan_batches(self.arrival, self.cost, self.final_agg, self.window_end, self.deadline)
 
 
