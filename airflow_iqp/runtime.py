@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from airflow_iqp.errors import ConfigError
+from airflow_iqp.planning.exact import MAX_UNITS, plan_exact
 from airflow_iqp.planning.minbatch import min_batch_size
 from airflow_iqp.planning.models import (
-    Busy, CostModel, EmpiricalArrival, FinalAggCost, PiecewiseLinearFinalAgg, cost_model_from_dict, final_agg_from_dict,
-    fit_piecewise_linear, plus_fixed, scaled,
+    Busy, CostModel, EmpiricalArrival, FinalAggCost, LinearCost, LinearFinalAgg, PiecewiseLinearFinalAgg,
+    cost_model_from_dict, final_agg_from_dict, fit_piecewise_linear, plus_fixed, scaled,
 )
 from airflow_iqp.planning.planner import IDLE, Plan, build_plan, executed, plan_batches
 from airflow_iqp.streams import TPCH, Stream, files_of
@@ -321,13 +322,25 @@ def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, 
         end = length - tail_startup(cfg, cost)
         if end < length:  # units due after that are the last batch's anyway
             arrival = EmpiricalArrival(tuple(min(o, end) for o in arrival.times))
+        # Function 1 gives the fewest batches for linear models only: other models get the
+        # exact planner, in at most MAX_UNITS planning units. (It cannot plan whole batches
+        # around the turns of queries due earlier: Function 1 does.)
+        exact = not (isinstance(cost, LinearCost) and isinstance(agg, LinearFinalAgg) or busy.whole and busy.intervals)
+
+        def planned(by: float) -> Plan:
+            if exact:
+                return plan_exact(arrival, cost, agg, end, by, busy, max_units=MAX_UNITS)
+            return plan_batches(arrival, cost, agg, end, by, busy)
+
         # Cut the batches against the deadline less the margin, then state their latest
         # starts and feasibility against the true deadline: each batch keeps at least
         # the margin between its input being ready and its latest safe start.
-        sized = plan_batches(arrival, cost, agg, end, max(length, rel_deadline - cfg.margin), busy)
-        plan = build_plan(sized.sizes, arrival, cost, agg, end, rel_deadline, busy=busy)
+        sized = planned(max(length, rel_deadline - cfg.margin))
+        plan = build_plan(sized.sizes, arrival, cost, agg, end, rel_deadline, busy=busy, method=sized.method)
+        if exact:
+            plan.extra.update(sized.extra)
         if not plan.feasible:
-            plan = plan_batches(arrival, cost, agg, end, rel_deadline, busy)
+            plan = planned(rel_deadline)
     return plan, models
 
 
