@@ -308,16 +308,18 @@ class _Window:
         of at most ``m`` batches; until one meets ``target``, or no prefix improves any more.
 
         Only prefixes that can still be part of a plan of at most ``most`` batches that
-        finishes in time (:meth:`bounds`: ``latest``, ``fewest``, ``least``) are followed. A prefix of m
-        batches before units that need ``fewest[j]`` more is part of a plan whose final
-        aggregation is that of m + fewest[j] batches at least: it must be done that much
-        earlier than ``latest[j]`` says (the suffix's latest start moves back by at least as much
-        as its deadline does). Without a target, ``most`` falls as the earliest finish so far
-        does, a plan of m batches finishing no earlier than ``floor + agg(m)``; and with
-        ``tighten``, the deadline the bounds are for, the bounds are recomputed for the
-        earliest finish so far once that is well before it. ``layers[m][j]``: when the first ``j`` units are done in at most
-        ``m`` batches, for :meth:`cheapest` (exact for the prefixes it follows; for the others
-        a time some plan reaches).
+        finishes in time (:meth:`bounds`: ``latest``, ``fewest``, ``least``) are followed. A
+        prefix of m batches before units that need ``fewest[j]`` more is part of a plan whose
+        final aggregation is that of m + fewest[j] batches at least: it must be done that
+        much earlier than ``latest[j]`` says (a suffix's latest start moves back at least as
+        much as its deadline does). Without a target, ``most`` falls as the earliest finish
+        so far does, a plan of m batches finishing no earlier than ``floor + agg(m)``; and
+        with ``tighten``, the deadline the bounds are for, the bounds are recomputed for the
+        earliest finish so far once that is well before it.
+
+        ``layers[m][j]``: when the first ``j`` units are done in at most ``m`` batches, for
+        :meth:`cheapest` (exact for the prefixes it follows; for the others a time some
+        plan reaches).
         """
         n, ready, costs, agg = self.n, self.ready, self.costs, self.agg
         latest, fewest, least = bounds
