@@ -6,7 +6,7 @@ import pytest
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.runtime import (
-    LAST_UNIT_GRACE_S, QueryConfig, batch_ready, claim_batch, late_units, plan_window, window_id,
+    LAST_UNIT_GRACE_S, QueryConfig, batch_ready, claim_batch, fire_at, late_units, plan_window, window_id,
 )
 from airflow_iqp.state import (
     WindowState, append_cost_fit, append_cost_history, atomic_write_json, claim_units, read_claims,
@@ -316,7 +316,8 @@ def test_queries_ahead_on_the_cluster_shorten_the_plan_and_hold_back_the_last_ba
     # Every unit has landed at the window's end, but the last batch's turn comes 90 s later.
     arrived = last["expected_total"]
     assert batch_ready(last, end + 5, arrived=arrived) is None
-    assert batch_ready(last, end + 90, arrived=arrived) is not None
+    assert fire_at(last) == pytest.approx(end + 90, abs=1e-6)  # its latest start is its turn, up to rounding
+    assert batch_ready(last, fire_at(last), arrived=arrived) is not None
     with pytest.raises(ConfigError, match="ahead"):
         plan_window(cfg(tmp_path, ahead=160.0), START, end, deadline, now=START)
     with pytest.raises(ConfigError, match="ahead"):
