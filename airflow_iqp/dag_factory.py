@@ -41,7 +41,7 @@ from airflow.sdk import DAG, XComArg, task_group
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.query import Query, decompose
-from airflow_iqp.streams import as_streams, landing_of
+from airflow_iqp.streams import as_streams, ddl_columns, landing_of
 from airflow_iqp.operators.final import FinalAggregationOperator
 from airflow_iqp.operators.plan import BatchPlanOperator
 from airflow_iqp.operators.submit import BatchSubmitOperator
@@ -213,17 +213,3 @@ def _query_and_streams(query, sql, name, streams, landing, static, allow_single_
                           "streams")
     return query, read, landing_of(read)
 
-
-def ddl_columns(ddl: str) -> dict[str, str]:
-    """``"a INT, b DECIMAL(15,2)"`` as ``{"a": "INT", "b": "DECIMAL(15,2)"}``."""
-    out, depth, part = {}, 0, ""
-    for ch in ddl + ",":
-        if ch == "," and depth == 0:
-            if part.strip():
-                col, _, typ = part.strip().partition(" ")
-                out[col.strip("`")] = typ.strip()
-            part = ""
-            continue
-        depth += (ch in "(<") - (ch in ")>")
-        part += ch
-    return out

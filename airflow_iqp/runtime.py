@@ -11,7 +11,9 @@ window start; :func:`plan_window` converts.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
+import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
@@ -59,7 +61,9 @@ class QueryConfig:
     query: str
     landing: str                 #: this window's landing directory (resolved)
     state_dir: str
-    units: int                   #: units expected per window
+    #: Units expected per window; None: unknown, estimated (:func:`expected_units`) and
+    #: checked against what arrives at every batch.
+    units: int | None = None
     static: str | dict | None = None  #: a directory of <table>.parquet, or table -> path
     #: The query's streams as ``Stream.to_dict()`` (None: the TPC-H layout): what a unit is.
     streams: tuple | None = None
@@ -101,10 +105,15 @@ class QueryConfig:
     #: executor time they leave (:class:`~airflow_iqp.planning.models.Busy`): joint
     #: planning, instead of ``ahead``'s fixed reservation after the window's end.
     shares: dict = field(default_factory=dict)
+    #: Seconds after the window's end that the last batch still waits for units to land:
+    #: it takes everything present at the window's end plus this.
+    grace: float = 0.0
 
     def __post_init__(self):
-        if not isinstance(self.units, int) or self.units < 1:
-            raise ConfigError(f"must be a whole number >= 1, got {self.units!r}", "units")
+        if self.units is not None and (not isinstance(self.units, int) or self.units < 1):
+            raise ConfigError(f"must be a whole number >= 1, or None (unknown), got {self.units!r}", "units")
+        if not (isinstance(self.grace, (int, float)) and self.grace >= 0):
+            raise ConfigError(f"must be >= 0 seconds, got {self.grace!r}", "grace")
         if self.arrival not in ("hint", "observed"):
             raise ConfigError(f"must be 'hint' or 'observed', got {self.arrival!r}", "arrival")
         if self.backend not in BACKENDS:
@@ -153,6 +162,39 @@ def observed_offsets(cfg: QueryConfig) -> list[float] | None:
             if len(offsets) == cfg.units:
                 return sorted(offsets)
     return None
+
+
+#: How many earlier windows' counts the estimate of an unknown total looks at.
+HISTORY_WINDOWS = 24
+
+
+def observed_counts(cfg: QueryConfig) -> list[int]:
+    """How many units each earlier window of the query received, newest first."""
+    root = Path(cfg.state_dir) / cfg.query.lower()
+    if not root.is_dir():
+        return []
+    counts = []
+    for wdir in sorted((p for p in root.iterdir() if p.is_dir()), reverse=True):
+        f = wdir / "arrivals.json"
+        if f.is_file():
+            counts.append(len(read_json(f).get("units") or []))
+        if len(counts) == HISTORY_WINDOWS:
+            break
+    return counts
+
+
+def expected_units(cfg: QueryConfig, window_len: float) -> tuple[int, str]:
+    """Units expected in a window, and whence: ``units=``, else the median of earlier
+    windows' observed counts, else the ``rate`` hint over the window."""
+    if cfg.units is not None:
+        return cfg.units, "units"
+    counts = [c for c in observed_counts(cfg) if c > 0]
+    if counts:
+        return max(1, round(statistics.median(counts))), f"median of {len(counts)} earlier windows"
+    if cfg.rate:
+        return max(1, math.ceil(cfg.rate * window_len)), "rate hint"
+    raise ConfigError("the number of units per window is unknown and there is no history yet: give units= "
+                      "or a rate= hint (units per second)", "units")
 
 
 def _overhead(cost: CostModel) -> float:
@@ -243,6 +285,9 @@ class WindowPlan:
     batches: list[dict]
     backfill: bool
     models: str
+    #: The models planned with (``to_dict``), for the re-plans of a window whose total is unknown.
+    cost_model: dict | None = None
+    final_agg_model: dict | None = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -260,7 +305,14 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
         raise ConfigError(f"the deadline ({deadline}) is before the window end ({window_end})", "deadline_offset")
     length = window_end - window_start
     arrived = len(list_ready_units(cfg.landing, streams_of(cfg)))
-    backfill = now >= window_end and arrived >= cfg.units
+    known = cfg.units is not None
+    if known:
+        backfill, estimate = now >= window_end and arrived >= cfg.units, ""
+    else:  # a total that is not known: estimated, and checked at every batch (replan)
+        backfill = now >= window_end + cfg.grace and arrived > 0
+        total, source = (arrived, "the units present") if backfill else expected_units(cfg, length)
+        cfg = replace(cfg, units=total)
+        estimate = f"; {total} units expected ({source})"
     if cfg.ahead and not cfg.ahead < deadline - window_end:
         raise ConfigError(f"the queries ahead of this one ({cfg.ahead:g} s) leave it no time before its deadline "
                           f"({deadline - window_end:g} s after the window's end); give less, or a later deadline",
@@ -284,14 +336,47 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
     # window's work after its end gets what is left of the deadline.
     rel_deadline = deadline - window_start - cfg.ahead
     plan, models = _plan(cfg, length, rel_deadline, backfill, now - window_start, busy)
-    models += shared
-    batches = batch_entries(cfg, plan, window_start, window_end, deadline, backfill)
+    models += shared + estimate
+    batches = batch_entries(cfg, plan, window_start, window_end, deadline, backfill, known or backfill)
     if cfg.mode == "dynamic" and not backfill:
         batches = _dynamic_entries(cfg, batches)
+    elif not known and not backfill and cfg.mode == "plan":
+        batches = _checkpoint_entries(batches, window_start, window_end)
+    cost, agg, _source = cost_models(cfg)
     return WindowPlan(query=cfg.query, state_dir=cfg.state_dir, window_id=window_id(window_start),
                       window_start=window_start,
                       window_end=window_end, deadline=deadline, planned_at=now, plan=plan, batches=batches,
-                      backfill=backfill, models=models)
+                      backfill=backfill, models=models, cost_model=_json_model(cost),
+                      final_agg_model=_json_model(agg))
+
+
+def _json_model(model) -> dict | None:
+    try:
+        return model.to_dict()
+    except ConfigError:  # a model built in code has no JSON form: no re-plans
+        return None
+
+
+#: Checkpoints mapped beside the plan's batches for a window whose total is unknown, evenly
+#: through the window: each re-plans with what has arrived, and runs a batch only if the
+#: rest would no longer fit the deadline (:func:`replan`).
+CHECKPOINTS = 2
+
+
+def _checkpoint_entries(entries: list[dict], window_start: float, window_end: float) -> list[dict]:
+    """A window of unknown total: the plan's batches and :data:`CHECKPOINTS` checkpoints, in
+    time order, then the last batch."""
+    head, last = entries[:-1], entries[-1]
+    length = window_end - window_start
+    checks = [{**last, "last": False, "spare": True, "units": 0, "cumulative": last["cumulative"],
+               "ready_ts": window_start + length * (j + 1) / (CHECKPOINTS + 1),
+               "latest_start_ts": window_start + length * (j + 1) / (CHECKPOINTS + 1)} for j in range(CHECKPOINTS)]
+    out = sorted(head + checks, key=lambda e: e["latest_start_ts"]) + [last]
+    for i, e in enumerate(out, start=1):
+        e["index"], e["of"] = i, len(out)
+        what = "checkpoint" if e.get("spare") else f"{e['units']} units" if not e["last"] else "the rest"
+        e["label"] = f"batch {i}/{len(out)} · {what} · ready {clock(e['ready_ts'])}"
+    return out
 
 
 def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, rel_now: float,
@@ -319,7 +404,7 @@ def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, 
         # includes, can be over by then: to the planner the last batch is "ready" that much
         # earlier. The batch before it must then be done that long before the window's end,
         # for the final task to start in time.
-        end = length - tail_startup(cfg, cost)
+        end = length + cfg.grace - tail_startup(cfg, cost)
         if end < length:  # units due after that are the last batch's anyway
             arrival = EmpiricalArrival(tuple(min(o, end) for o in arrival.times))
         # Function 1 gives the fewest batches for linear models only: other models get the
@@ -379,7 +464,7 @@ def _dynamic_entries(cfg: QueryConfig, entries: list[dict]) -> list[dict]:
 
 
 def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, window_end: float, deadline: float,
-                  backfill: bool) -> list[dict]:
+                  backfill: bool, known: bool = True) -> list[dict]:
     """One dict per batch: what the sensor, the submit task and the priority strategies read.
 
     With ``cfg.ahead`` the last batch's entry has ``turn_ts``, the window's end plus ``ahead``:
@@ -395,7 +480,7 @@ def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, window_end:
             # A fused tail is planned "ready" its start-up before the window's end (the task
             # and, on spark-submit, its JVM start during the lead); its input is not complete
             # before the window's end, and it must not fire on time alone before then.
-            ready = max(ready, window_end)
+            ready = max(ready, window_end + cfg.grace)
             if cfg.ahead:
                 latest += cfg.ahead
                 turn = {"turn_ts": window_end + cfg.ahead}
@@ -405,6 +490,7 @@ def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, window_end:
             "ready_ts": ready, "latest_start_ts": latest, "cost": b.cost, "remaining_cost": remaining,
             "deadline_ts": deadline, "landing": cfg.landing, "state_dir": cfg.state_dir, "static": cfg.static,
             **({"streams": list(cfg.streams)} if cfg.streams else {}),
+            **({"known_total": False, "grace": cfg.grace} if known is False else {}),
             "backend": cfg.backend, "backfill": backfill,
             **({"cost_scale": cfg.cost_scale} if cfg.cost_scale != 1 else {}),
             "label": f"batch {b.index}/{k} · {b.units} units · ready {clock(ready)}",
@@ -470,7 +556,12 @@ BEHIND_POLL_FACTOR = 10
 
 def fire_at(batch: dict) -> float:
     """When a batch fires on time alone: its latest safe start, and for the last batch not
-    before its planned ready time (the window's last arrival) plus :data:`LAST_UNIT_GRACE_S`."""
+    before its planned ready time (the window's last arrival) plus :data:`LAST_UNIT_GRACE_S`.
+    The last batch of a window whose total is unknown fires at its ready time: the window's
+    end plus ``grace``."""
+    batch = effective(batch)
+    if batch["last"] and batch.get("known_total") is False:
+        return max(batch["ready_ts"], batch.get("turn_ts", 0.0))
     if batch["last"]:
         return max(batch["latest_start_ts"], batch["ready_ts"] + LAST_UNIT_GRACE_S, batch.get("turn_ts", 0.0))
     return batch["latest_start_ts"]
@@ -484,10 +575,15 @@ def batch_ready(batch: dict, now: float, arrived: int | None = None) -> str | No
     (:func:`fire_at`). Never before the batch's turn on a shared cluster (``turn_ts``,
     see ``QueryConfig.ahead``).
     """
+    batch = effective(batch)
     if now < batch.get("turn_ts", 0.0):
         return None
+    if batch.get("skip"):  # the re-plan gave it nothing: it passes once the one before it claimed
+        return "skip" if _previous_decided(batch) else ("time" if now >= fire_at(batch) else None)
     if now >= fire_at(batch):
         return "time"
+    if batch.get("spare") or (batch["last"] and batch.get("known_total") is False):
+        return None  # a checkpoint fires on time; the last batch at the window's end plus grace
     needed = batch["expected_total"] if batch["last"] else batch["cumulative"]
     if arrived is None:
         # Nine final tasks polling 20 times a second near the window's end, each listing 300
@@ -498,10 +594,114 @@ def batch_ready(batch: dict, now: float, arrived: int | None = None) -> str | No
         arrived = len(list_ready_units(batch["landing"], streams_of(batch)))
     if arrived < needed:
         return None
-    if batch["index"] > 1:
-        if not batch_state(batch).claim_path(batch["index"] - 1).exists():
-            return None
+    if not _previous_decided(batch):
+        return None
     return "units"
+
+
+def _previous_decided(batch: dict) -> bool:
+    """The batch before this one has claimed (and, for an unknown total, re-planned after it)."""
+    if batch["index"] <= 1:
+        return True
+    ws = batch_state(batch)
+    previous = ws.claim_path(batch["index"] - 1)
+    if not previous.exists():
+        return False
+    if batch.get("known_total") is not False or not read_json(previous).get("units"):
+        return True
+    return _replan(ws).get("after", 0) >= batch["index"] - 1
+
+
+# ------------------------------------------------------------ unknown totals: re-plans
+
+REPLAN = "replan.json"
+#: The share of a window after which the rate seen so far estimates its total.
+EXTRAPOLATE_AFTER = 0.1
+
+
+def _replan(ws: WindowState) -> dict:
+    path = ws.root / REPLAN
+    return read_json(path) if path.is_file() else {}
+
+
+def effective(batch: dict) -> dict:
+    """A plan entry as the newest re-plan of its window has it (an unknown total only)."""
+    if batch.get("known_total") is not False:
+        return batch
+    override = _replan(batch_state(batch)).get("entries", {}).get(str(batch["index"]))
+    return {**batch, **override} if override else batch
+
+
+def replan(batch: dict, claimed: int, arrived: int, now: float) -> tuple[bool, dict | None]:
+    """A window of unknown total, as a batch fires: whether it runs now, and the remaining
+    batches planned again.
+
+    The total is estimated again from what has arrived (``claimed`` units in earlier
+    batches and ``arrived`` more by ``now``, at the rate seen so far, over the whole
+    window). A planned batch runs now with what has arrived; a checkpoint only if the
+    rest would not fit one batch after the window's end. Algorithm 1 then cuts what is
+    left, arriving evenly until the window's end, after the executor is done with this
+    batch; the new batches go to the remaining entries, the last to the last, and entries
+    left over skip. Written to ``replan.json``, which :func:`effective` reads.
+    """
+    ws = batch_state(batch)
+    doc = read_json(ws.root / "plan.json")
+    if not doc.get("cost_model") or not doc.get("final_agg_model"):
+        return arrived > 0 and not batch.get("spare"), None
+    cost, agg = cost_model_from_dict(doc["cost_model"]), final_agg_from_dict(doc["final_agg_model"])
+    start, end = doc["window_start"], doc["window_end"]
+    rel_now, rel_end = now - start, end - start
+    ready_end, rel_deadline = rel_end + batch.get("grace", 0.0), doc["deadline"] - start
+    seen = claimed + arrived
+    if rel_now >= rel_end:
+        total = seen
+    elif rel_now < EXTRAPOLATE_AFTER * rel_end:  # too early to tell a rate: the estimate stands
+        total = max(seen, batch["expected_total"])
+    else:
+        total = max(seen, math.ceil(seen * rel_end / rel_now))
+
+    def cut(first_free: float, at_once: int, rest: int) -> tuple[list[int], Plan | None]:
+        """Algorithm 1 over ``at_once`` units ready now and ``rest`` arriving evenly until the end."""
+        if at_once + rest <= 0:
+            return [], None
+        step = (rel_end - rel_now) / max(rest, 1)
+        times = tuple([max(first_free, rel_now)] * at_once
+                      + [max(first_free, min(rel_end, rel_now + (j + 1) * step)) for j in range(rest)])
+        arrival, w_end = EmpiricalArrival(times), max(ready_end, times[-1])
+        return plan_batches(arrival, cost, agg, w_end, rel_deadline).sizes, (arrival, w_end)
+
+    sizes, _ = cut(rel_now, arrived, total - seen)
+    run_now = arrived > 0 and (not batch.get("spare") or len(sizes) >= 2)
+    if run_now:
+        sizes, basis = cut(rel_now + cost.cost(arrived), 0, total - seen)
+        base = seen
+    else:
+        sizes, basis = cut(rel_now, arrived, total - seen)
+        base = claimed
+    last = max(e["index"] for e in doc["batches"])
+    slots = list(range(batch["index"] + 1, last))  # the entries before the last
+    if len(sizes) - 1 > len(slots):  # more batches than entries: the earliest merge
+        cut_at = len(sizes) - len(slots)
+        sizes = [sum(sizes[:cut_at])] + sizes[cut_at:]
+    plan = build_plan(sizes, basis[0], cost, agg, basis[1], rel_deadline) if sizes else None
+    checkpoints = {e["index"] for e in doc["batches"] if e.get("spare")}
+    entries, cumulative = {}, base
+    for j, idx in enumerate(slots):
+        if plan is not None and j < len(sizes) - 1:
+            b = plan.batches[j]
+            cumulative += b.units
+            entries[str(idx)] = {"skip": False, "spare": False, "units": b.units, "cumulative": cumulative,
+                                 "ready_ts": start + b.ready, "latest_start_ts": start + b.latest_start}
+        elif idx in checkpoints:  # it looks again when its time comes
+            entries[str(idx)] = {"skip": False, "spare": True, "units": 0, "cumulative": cumulative}
+        else:
+            entries[str(idx)] = {"skip": True, "units": 0, "cumulative": cumulative}
+    entries[str(last)] = {"expected_total": total, "units": sizes[-1] if sizes else 0,
+                          **({"latest_start_ts": start + plan.batches[-1].latest_start} if plan else {})}
+    out = {"after": batch["index"], "at": now, "expected_total": total, "ran": run_now,
+           "feasible": plan.feasible if plan else True, "sizes": sizes, "entries": entries}
+    atomic_write_json(ws.root / REPLAN, out)
+    return run_now, out
 
 
 def tail_started(tail: dict, now: float) -> str | None:
@@ -679,19 +879,26 @@ def cluster_turn(batch: dict, slots: int, poll: float = TAIL_POLL_S, sleep: Any 
         os.close(mine)
 
 
-def claim_batch(batch: dict) -> dict:
+def claim_batch(batch: dict, now: float | None = None) -> dict:
     """Claim every arrived, unclaimed unit for this batch (once: a retry re-reads the claim).
 
     A MinBatch of dynamic mode claims at most its size (``max_units``).
     """
+    batch = effective(batch)
     ws = batch_state(batch)
     if ws.claim_path(batch["index"]).exists():
         return read_json(ws.claim_path(batch["index"]))
+    if batch.get("skip"):
+        return claim_units(ws, batch["index"], [], [])
     taken = {u for m in read_claims(ws).values() for u in m.get("units", [])}
     streams = streams_of(batch)
     units = [p for p in list_ready_units(batch["landing"], streams) if p.name not in taken]
     if batch.get("max_units") is not None:  # a MinBatch takes its size, oldest units first
         units = units[: batch["max_units"]]
+    if batch.get("known_total") is False and not batch["last"]:
+        run_now, _doc = replan(batch, len(taken), len(units), time.time() if now is None else now)
+        if not run_now:
+            units = []
     return claim_units(ws, batch["index"], [p.name for p in units], files_of(units, streams))
 
 
@@ -705,14 +912,14 @@ def late_units(batch_or_cfg: dict, window_start: float) -> dict:
     streams = streams_of(batch_or_cfg)
     late = [p for p in list_ready_units(batch_or_cfg["landing"], streams) if p.name not in taken]
     return {"units": [p.name for p in late], "files": files_of(late, streams),
-            "arrival_times": [p.stat().st_mtime for p in late]}
+            "arrival_times": [p.mtime for p in late]}
 
 
 def record_arrivals(batch_or_cfg: dict, window_start: float) -> Path:
     """Observed arrival offsets of the window's units, for the next window's plan."""
     ws = WindowState(batch_or_cfg["state_dir"], batch_or_cfg["query"], window_id(window_start))
     units = list_ready_units(batch_or_cfg["landing"], streams_of(batch_or_cfg))
-    offsets = sorted(max(0.0, p.stat().st_mtime - window_start) for p in units)
+    offsets = sorted(max(0.0, p.mtime - window_start) for p in units)
     return atomic_write_json(ws.root / "arrivals.json", {"offsets": offsets, "units": [p.name for p in units]})
 
 

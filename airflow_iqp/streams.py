@@ -9,7 +9,14 @@ A unit is either
   paper's orders with their lineitems.
 
 Names starting with ``.`` or ``_`` are still being written (or are a writer's markers,
-such as ``_SUCCESS``) and are never units; neither are ``.crc`` checksum files.
+such as ``_SUCCESS``) and are never units; neither are ``.crc`` checksum files. Writers
+that do not rename atomically are covered by ``ready_marker`` (a directory unit is
+complete once that file is in it, e.g. ``_SUCCESS``) and ``min_age`` (a unit is complete
+once nothing in it changed for that many seconds).
+
+Listing goes through fsspec, so an object store path (``s3://``, ``gs://``, ``abfs://``)
+works wherever fsspec's filesystem for it is installed, and Spark reads the same paths
+where its Hadoop connector is (docs/spark.md).
 
 Pure Python: no Airflow and no Spark import. Spark readers take a :class:`Stream` too
 (:func:`airflow_iqp.spark.steps.read_stream`).
@@ -19,6 +26,8 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import posixpath
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -27,24 +36,46 @@ from airflow_iqp.errors import ConfigError
 
 FORMATS = {"parquet": ".parquet", "csv": ".csv", "json": ".json", "orc": ".orc"}
 UNITS = ("file", "dir")
+BAD_UNIT = ("fail", "quarantine")
 
 
 @dataclass(frozen=True)
 class Stream:
-    """One stream of a query's input (see the module doc)."""
+    """One stream of a query's input (see the module doc).
 
-    name: str
+    ``name`` is the table name the query reads it by (in ``iqp_dag(streams={name: Stream(...)})``
+    the key gives it). ``schema`` is Spark DDL (``"id BIGINT, ts TIMESTAMP"``); without it the
+    first unit's schema is taken and every later unit is checked against it. A unit whose
+    file is corrupt or does not match follows ``on_bad_unit``: ``"fail"`` (the batch fails,
+    naming the file; its claim stays, so a rerun after the file is replaced processes the
+    unit once) or ``"quarantine"`` (the batch goes on without it, the run's report names it
+    and the result is marked partial).
+    """
+
+    name: str = ""
     path: str = ""
     format: str = "parquet"
     pattern: str | None = None
-    schema: str | None = None   #: Spark DDL, e.g. "id BIGINT, ts TIMESTAMP"; None: from the files
+    schema: str | None = None
     options: Mapping[str, str] = field(default_factory=dict)
     unit: str = "file"
+    ready_marker: str | None = None
+    min_age: float = 0.0
+    on_bad_unit: str = "fail"
 
     def __post_init__(self) -> None:
-        if not self.name or not self.name.replace("_", "").isalnum():
+        if self.name and not self.name.replace("_", "").isalnum():
             raise ConfigError(f"a stream name is a SQL table name (letters, digits, '_'), got {self.name!r}",
                               field="streams")
+        if self.on_bad_unit not in BAD_UNIT:
+            raise ConfigError(f"stream {self.name}: on_bad_unit must be 'fail' or 'quarantine', got "
+                              f"{self.on_bad_unit!r}", field=f"streams.{self.name}.on_bad_unit")
+        if self.ready_marker and self.unit != "dir":
+            raise ConfigError(f"stream {self.name}: ready_marker is a file inside a unit directory; give "
+                              f"unit='dir', or min_age for file units", field=f"streams.{self.name}.ready_marker")
+        if not (isinstance(self.min_age, (int, float)) and self.min_age >= 0):
+            raise ConfigError(f"stream {self.name}: min_age must be seconds >= 0, got {self.min_age!r}",
+                              field=f"streams.{self.name}.min_age")
         if self.format not in FORMATS:
             raise ConfigError(f"stream {self.name}: format must be one of {', '.join(FORMATS)}, got "
                               f"{self.format!r}", field=f"streams.{self.name}.format")
@@ -67,18 +98,36 @@ class Stream:
 
     def to_dict(self) -> dict:
         return {"name": self.name, "path": self.path, "format": self.format, "pattern": self.pattern,
-                "schema": self.schema, "options": dict(self.options), "unit": self.unit}
+                "schema": self.schema, "options": dict(self.options), "unit": self.unit,
+                "ready_marker": self.ready_marker, "min_age": self.min_age, "on_bad_unit": self.on_bad_unit}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Stream":
-        return cls(**{k: d[k] for k in ("name", "path", "format", "pattern", "schema", "options", "unit") if k in d})
+        return cls(**{k: d[k] for k in _FIELDS if k in d})
+
+
+_FIELDS = ("name", "path", "format", "pattern", "schema", "options", "unit", "ready_marker", "min_age", "on_bad_unit")
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One complete unit of a landing directory: its name, its path (a file, or a directory),
+    when it last changed, and its files by stream. ``os.fspath(unit)`` is its path."""
+
+    name: str
+    path: str
+    mtime: float
+    files: Mapping[str, tuple[str, ...]]
+
+    def __fspath__(self) -> str:
+        return self.path
 
 
 #: The TPC-H layout of ``airflow-iqp tpch``: each unit a directory with orders.parquet and lineitem.parquet.
 TPCH = (Stream("orders", unit="dir"), Stream("lineitem", unit="dir"))
 
 
-def as_streams(spec, default_path: str = "") -> tuple[Stream, ...]:
+def as_streams(spec) -> tuple[Stream, ...]:
     """Streams from what a DAG author or the CLI gives: Stream objects, a mapping
     name -> landing path (or -> Stream), or None for the TPC-H layout."""
     if spec is None:
@@ -89,7 +138,7 @@ def as_streams(spec, default_path: str = "") -> tuple[Stream, ...]:
         out = []
         for name, v in spec.items():
             if isinstance(v, Stream):
-                out.append(v if v.name == name else Stream(**{**v.to_dict(), "name": name}))
+                out.append(v if v.name == name else Stream.from_dict({**v.to_dict(), "name": name}))
             elif isinstance(v, Mapping):
                 out.append(Stream.from_dict({"name": name, **v}))
             else:
@@ -118,43 +167,111 @@ def _unit_sort_key(name: str) -> tuple:
     return (0, int(stem), name) if stem.isdigit() else (1, 0, name)
 
 
-def list_units(landing: str | os.PathLike, streams: Sequence[Stream] = TPCH) -> list[Path]:
+def _fs(path: str | os.PathLike):
+    import fsspec
+
+    return fsspec.core.url_to_fs(str(path))
+
+
+def _mtime(entry: Mapping) -> float:
+    """An fsspec listing entry's last change, in epoch seconds (local ``mtime``, object stores'
+    ``LastModified`` / ``mtime`` / ``updated``)."""
+    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        v = entry.get(key)
+        if v is None:
+            continue
+        if hasattr(v, "timestamp"):
+            return v.timestamp()
+        if isinstance(v, str):
+            from datetime import datetime
+
+            return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
+        return float(v)
+    return 0.0
+
+
+def _ls(fs, path: str) -> list[dict]:
+    try:
+        return fs.ls(path, detail=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _full(fs, name: str) -> str:
+    """A listed name as a path Spark and fsspec read again: plain for local files, with the
+    protocol for an object store."""
+    from fsspec.implementations.local import LocalFileSystem
+
+    return name if isinstance(fs, LocalFileSystem) else fs.unstrip_protocol(name)
+
+
+def _dir_unit(fs, entry: Mapping, streams: Sequence[Stream]) -> Unit | None:
+    inside = {posixpath.basename(e["name"].rstrip("/")): e for e in _ls(fs, entry["name"])}
+    marker = streams[0].ready_marker
+    if marker and marker not in inside:
+        return None
+    files: dict[str, tuple[str, ...]] = {}
+    for s in streams:
+        if s.pattern:
+            names = sorted(n for n, e in inside.items() if e["type"] == "file" and not is_hidden(n)
+                           and fnmatch.fnmatch(n, s.pattern))
+        else:
+            names = [f"{s.name}{s.ext}"] if inside.get(f"{s.name}{s.ext}", {}).get("type") == "file" else []
+        if not names:
+            return None
+        files[s.name] = tuple(_full(fs, inside[n]["name"]) for n in names)
+    changed = max([_mtime(e) for e in inside.values()] + [_mtime(entry)])
+    return Unit(posixpath.basename(entry["name"].rstrip("/")), _full(fs, entry["name"]), changed, files)
+
+
+def list_units(landing: str | os.PathLike, streams: Sequence[Stream] = TPCH, now: float | None = None) -> list[Unit]:
     """The complete units of a landing directory, in name order (numeric names by number).
 
-    Directory units are complete when every stream's file is there; file units match the
-    stream's pattern. A missing landing directory has no units.
+    Directory units are complete when every stream has its file (or files matching its
+    pattern) and the ``ready_marker``, if any, is there; file units match the stream's
+    pattern. With ``min_age``, a unit that changed less than that long ago is not complete
+    yet. A missing landing directory has no units.
     """
-    landing = Path(landing)
-    try:
-        entries = list(os.scandir(landing))
-    except FileNotFoundError:
-        return []
+    fs, root = _fs(landing)
+    entries = [e for e in _ls(fs, root) if not is_hidden(posixpath.basename(e["name"].rstrip("/")))]
     if streams[0].unit == "dir":
-        want = [f"{s.name}{s.ext}" for s in streams]
-        units = [Path(e.path) for e in entries if e.is_dir() and not is_hidden(e.name)
-                 and all((Path(e.path) / f).is_file() for f in want)]
+        units = [u for e in entries if e["type"] == "directory" and (u := _dir_unit(fs, e, streams)) is not None]
     else:
-        pattern = streams[0].file_pattern
-        units = [Path(e.path) for e in entries if not is_hidden(e.name) and e.is_file()
-                 and fnmatch.fnmatch(e.name, pattern)]
-    return sorted(units, key=lambda p: _unit_sort_key(p.name))
+        s = streams[0]
+        units = [Unit(n, _full(fs, e["name"]), _mtime(e), {s.name: (_full(fs, e["name"]),)}) for e in entries
+                 if e["type"] == "file" and fnmatch.fnmatch(n := posixpath.basename(e["name"]), s.file_pattern)]
+    min_age = max(s.min_age for s in streams)
+    if min_age:
+        now = time.time() if now is None else now
+        units = [u for u in units if now - u.mtime >= min_age]
+    return sorted(units, key=lambda u: _unit_sort_key(u.name))
 
 
 def count_names(landing: str | os.PathLike) -> int:
     """How many units a landing directory may hold, from one listing: at least
     :func:`list_units`' count, far cheaper. Waits poll this, and list the units only once
     enough names are there."""
+    if "://" in str(landing) and not str(landing).startswith("file://"):
+        fs, root = _fs(landing)
+        return sum(1 for e in _ls(fs, root) if not is_hidden(posixpath.basename(e["name"].rstrip("/"))))
     try:
         return sum(1 for name in os.listdir(landing) if not is_hidden(name))
     except FileNotFoundError:
         return 0
 
 
-def files_of(units: Iterable[str | os.PathLike], streams: Sequence[Stream] = TPCH) -> list[str]:
-    """Absolute paths of the files of the given units (directory units: one per stream)."""
-    if streams[0].unit == "dir":
-        return [str(Path(u).absolute() / f"{s.name}{s.ext}") for u in units for s in streams]
-    return [str(Path(u).absolute()) for u in units]
+def files_of(units: Iterable, streams: Sequence[Stream] = TPCH) -> list[str]:
+    """The files of the given units for the given streams, unit by unit in stream order
+    (a :class:`Unit` knows them; a plain path is read as a TPC-H unit directory or a file)."""
+    out = []
+    for u in units:
+        if isinstance(u, Unit):
+            out += [f for s in streams for f in u.files.get(s.name, ())]
+        elif streams[0].unit == "dir":
+            out += [str(Path(u).absolute() / f"{s.name}{s.ext}") for s in streams]
+        else:
+            out.append(str(Path(u).absolute()))
+    return out
 
 
 def stream_of(path: str, streams: Sequence[Stream] = TPCH) -> Stream:
@@ -207,3 +324,36 @@ def spark_type(t) -> str:
 
 def schema_ddl(columns: Mapping[str, str]) -> str:
     return ", ".join(f"`{c}` {t}" for c, t in columns.items())
+
+
+def ddl_columns(ddl: str) -> dict[str, str]:
+    """``"a INT, b DECIMAL(15,2)"`` as ``{"a": "INT", "b": "DECIMAL(15,2)"}``."""
+    out, depth, part = {}, 0, ""
+    for ch in ddl + ",":
+        if ch == "," and depth == 0:
+            if part.strip():
+                col, _, typ = part.strip().partition(" ")
+                out[col.strip("`")] = typ.strip().upper()
+            part = ""
+            continue
+        depth += (ch in "(<") - (ch in ")>")
+        part += ch
+    return out
+
+
+def arrow_type(spark: str):
+    """The pyarrow type a Spark SQL type name reads as (the types :func:`spark_type` names)."""
+    import pyarrow as pa
+
+    t = spark.upper().replace(" ", "")
+    simple = {"BOOLEAN": pa.bool_(), "TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INT": pa.int32(),
+              "INTEGER": pa.int32(), "BIGINT": pa.int64(), "LONG": pa.int64(), "FLOAT": pa.float32(),
+              "DOUBLE": pa.float64(), "STRING": pa.string(), "DATE": pa.date32(), "TIMESTAMP": pa.timestamp("us"),
+              "TIMESTAMP_NTZ": pa.timestamp("us")}
+    if t in simple:
+        return simple[t]
+    if t.startswith("DECIMAL("):
+        p, s = t[8:-1].split(",")
+        return pa.decimal128(int(p), int(s))
+    raise ConfigError(f"type {spark} is not one a unit's schema can be checked against "
+                      f"({', '.join(sorted(simple))}, DECIMAL(p,s))", field="schema")

@@ -67,13 +67,15 @@ class _FinalTask:
         late = late_units(cfg, start) if batches else {"units": [], "files": [], "arrival_times": []}
         if batches:
             record_arrivals(cfg, start)
-        manifest["partial"] = bool(late["units"])
+        manifest["partial"] = bool(late["units"] or manifest.get("quarantined"))
         manifest["late_units"] = late["units"]
         atomic_write_json(ws.result_manifest, manifest)
         if late["units"]:
             atomic_write_json(ws.root / "late.json", late)
             self.log.warning("%d units arrived after the last claim: recorded in %s; the result is partial",
                              len(late["units"]), ws.root / "late.json")
+        for bad in manifest.get("quarantined", []):
+            self.log.warning("unit %s quarantined, the result is partial: %s", bad["unit"], bad["reason"])
         # A backfilled window's deadline passed long ago; there is none to meet.
         deadline = batches[0]["deadline_ts"] if batches and not batches[0].get("backfill") else None
         record_task_cpu(ws.root, context["ti"])
@@ -102,7 +104,7 @@ class _FinalTask:
                 "final_wall_seconds": manifest.get("wall_seconds"), "final_cpu_seconds": manifest.get("cpu_seconds"),
                 "backend": manifest.get("backend"), "task_cpu": window_task_cpu(ws.root),
                 "result": manifest["result"], "partial": manifest["partial"],
-                "late_units": manifest["late_units"]}
+                "late_units": manifest["late_units"], "quarantined": manifest.get("quarantined", [])}
 
 
 class FinalAggregationOperator(_FinalTask, _IQPSparkSubmit):

@@ -40,6 +40,11 @@ def query_file(state_dir: str | os.PathLike, qid: str) -> Path:
     return Path(state_dir) / check_query_id(qid).lower() / QUERY_FILE
 
 
+def schema_dir(state_dir: str | os.PathLike, qid: str) -> Path:
+    """``STATE/<query>/schema/``: each stream's columns as taken from its first unit."""
+    return Path(state_dir) / check_query_id(qid).lower() / "schema"
+
+
 def save_query(state_dir: str | os.PathLike, saved: Saved) -> Path:
     from airflow_iqp.state import atomic_write_json
 

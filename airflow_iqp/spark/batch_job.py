@@ -51,8 +51,8 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
     """Run one batch end to end in ``spark``: read the claim, compute, write, record. Returns the metrics."""
     from airflow_iqp.errors import ConfigError
     from airflow_iqp.spark.jobmetrics import StepMeter, backend_name
-    from airflow_iqp.query.store import load_query
-    from airflow_iqp.spark.steps import check_input_files, parquet_rows, run_batch, write_atomic
+    from airflow_iqp.query.store import load_query, schema_dir
+    from airflow_iqp.spark.steps import inspect_files, parquet_rows, run_batch, write_atomic
     from airflow_iqp.state import WindowState, append_cost_history, atomic_write_json, batch_of, read_json
 
     manifest_path = Path(manifest_path)
@@ -73,8 +73,9 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
     query = saved.query
     _remove_stale_temps(output)
     with StepMeter(spark) as meter:
-        infos = check_input_files(files, saved.streams, query.streams)
-        df = run_batch(spark, saved, files, static_dir)
+        inspection = inspect_files(files, saved, schema_dir(state_dir, query.id) if state_dir else None)
+        infos = inspection.infos
+        df = run_batch(spark, saved, files, static_dir, inspection=inspection)
         write_atomic(df, output, before_rename=_pause_hook)
     metrics = {
         "query": query.id,
@@ -90,6 +91,7 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
         "cpu_seconds": meter.cpu_seconds,
         "task_seconds": meter.task_seconds,
         "backend": backend,
+        "quarantined": inspection.quarantined,
         "written_at": time.time(),
     }
     atomic_write_json(metrics_path_for(output), metrics)

@@ -127,13 +127,15 @@ def _ahead_or_paths(written: dict | None, window_dir: str | os.PathLike, paths: 
 
 def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect_units: int | None = None,
                   history: bool = True, backend: str | None = None, tail: tuple[int, object] | None = None,
-                  written: dict | None = None) -> dict:
+                  written: dict | None = None, quarantined: list[dict] | None = None) -> dict:
     """Merge a window's partials into its result; return the result manifest.
 
     ``tail``: ``(batch, partial DataFrame)`` of a claimed batch whose partial is not written
     yet (a fused tail's): it is merged with the written ones in the same Spark job.
     ``written``: those written ones as read ahead by :func:`read_written` (used with a
-    ``tail`` only, and only if they are still the window's partials).
+    ``tail`` only, and only if they are still the window's partials). ``quarantined``:
+    the tail batch's quarantined units; the written batches' are in their metrics. The
+    manifest lists them all, and the result is partial if there are any.
     """
     from airflow_iqp.errors import ConfigError
     from airflow_iqp.spark.jobmetrics import StepMeter, backend_name
@@ -158,9 +160,10 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
         else:
             df = run_final(spark, saved, cover["partials"])
         write_atomic(df, ws.result_dir)
+    bad = [q for b in cover["batches"] for q in _metrics(ws, b).get("quarantined", [])] + list(quarantined or [])
     manifest = {
         "query": query.id, "window": ws.window_id, "result": str(ws.result_dir),
-        **cover,
+        **cover, "quarantined": bad,
         "rows_out": parquet_rows(ws.result_dir),
         "wall_seconds": meter.wall_seconds, "cpu_seconds": meter.cpu_seconds, "task_seconds": meter.task_seconds,
         "backend": backend, "written_at": time.time(),
@@ -172,6 +175,13 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
                             cpu_seconds=meter.cpu_seconds, task_seconds=meter.task_seconds,
                             backend=backend, window=ws.window_id)
     return manifest
+
+
+def _metrics(ws, batch: int) -> dict:
+    from airflow_iqp.state import read_json
+
+    path = ws.metrics_path(batch)
+    return read_json(path) if path.is_file() else {}
 
 
 def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch: int | None,
@@ -187,8 +197,8 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
     claim, so no unit is counted twice; a partial found written (by an older version)
     is merged as any other. ``written``: :func:`read_written`, taken before the claim.
     """
-    from airflow_iqp.query.store import load_query
-    from airflow_iqp.spark.steps import run_batch
+    from airflow_iqp.query.store import load_query, schema_dir
+    from airflow_iqp.spark.steps import inspect_files, run_batch
     from airflow_iqp.state import read_json
 
     window_dir = Path(window_dir).absolute()
@@ -196,8 +206,12 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
     claim = ws.claim_path(tail_batch) if tail_batch is not None else None
     files = read_json(claim).get("files", []) if claim is not None and claim.is_file() else []
     pending = bool(files) and not ws.partial_path(tail_batch).is_dir()
-    tail = (tail_batch, run_batch(spark, load_query(query_id, ws.state_dir), files, static_dir)) if pending else None
-    return execute_final(spark, query_id, window_dir, history=history, tail=tail, written=written)
+    tail, bad = None, []
+    if pending:
+        saved = load_query(query_id, ws.state_dir)
+        inspection = inspect_files(files, saved, schema_dir(ws.state_dir, query_id))
+        tail, bad = (tail_batch, run_batch(spark, saved, files, static_dir, inspection=inspection)), inspection.quarantined
+    return execute_final(spark, query_id, window_dir, history=history, tail=tail, written=written, quarantined=bad)
 
 
 def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, slots: int = 0, *,

@@ -8,6 +8,7 @@ Spark reads them, so a corrupt file or a wrong schema fails with a message namin
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +19,9 @@ from airflow_iqp.inputs.tpch import SCHEMAS, schema_ddl
 from airflow_iqp.query.model import Query
 from airflow_iqp.query.store import Saved, load_query
 from airflow_iqp.state import replace_dir, temp_sibling
-from airflow_iqp.streams import TPCH, Stream, file_schema, stream_of
+from airflow_iqp.streams import TPCH, Stream, arrow_type, ddl_columns, file_schema, stream_of
 from airflow_iqp.streams import schema_ddl as columns_ddl
+from airflow_iqp.streams import spark_type as spark_type_of
 
 
 @dataclass(frozen=True)
@@ -38,78 +40,183 @@ def _local(path: str) -> str:
     return path[len("file://"):] if path.startswith("file://") else path
 
 
-def _arrow_ok(spark_type: str, arrow_type) -> bool:
-    import pyarrow as pa
-
-    if spark_type == "BIGINT":
-        return pa.types.is_int64(arrow_type)
-    if spark_type == "INT":
-        return pa.types.is_int32(arrow_type)
-    if spark_type == "DATE":
-        return pa.types.is_date32(arrow_type)
-    if spark_type == "STRING":
-        return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or str(arrow_type) == "string_view"
-    if spark_type.startswith("DECIMAL("):
-        p, s = spark_type[8:-1].split(",")
-        return pa.types.is_decimal(arrow_type) and arrow_type.precision == int(p) and arrow_type.scale == int(s)
-    raise AssertionError(spark_type)
-
-
 def _is_tpch(stream: Stream) -> bool:
     return stream.unit == "dir" and stream.name in SCHEMAS and stream.schema is None
 
 
-def check_input_file(path: str, stream: Stream) -> FileInfo:
-    """Check one unit file; return its row count and size (parquet) or size.
+SCHEMA_RECORD = "schema"
 
-    Raises :class:`DataError` naming the file when it is missing or not a readable parquet
-    file; a TPC-H stream's file must also have every column of its stream with its type
-    (extra columns, such as the event time, are allowed). Remote paths (``s3a://``...) are
-    not inspected here; Spark reports their errors.
+
+def expected_columns(stream: Stream, first_file: str, record_dir: str | os.PathLike | None = None) -> dict[str, str]:
+    """The columns (name -> Spark type) every unit file of ``stream`` must have.
+
+    Declared (``stream.schema``), TPC-H's, or taken from the first unit: with
+    ``record_dir`` (``STATE/<query>/schema``) the first batch that needs it takes it from
+    its first file and records it in ``<stream>.json``, and every later batch and window
+    checks against that record, so all partials agree on their columns' types.
     """
-    import pyarrow.parquet as pq
+    if _is_tpch(stream):
+        return dict(SCHEMAS[stream.name])
+    if stream.schema:
+        return ddl_columns(stream.schema)
+    if record_dir is None or not _is_local(first_file):
+        return file_schema(_local(first_file), stream.format)
+    from airflow_iqp.state import read_json
+
+    path = Path(record_dir) / f"{stream.name}.json"
+    if not path.is_file():
+        columns = file_schema(_local(first_file), stream.format)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:  # the first writer wins; a batch that lost the race reads the winner's
+            with open(path, "x") as fh:
+                json.dump({"columns": columns, "taken_from": first_file}, fh)
+            return columns
+        except FileExistsError:
+            pass
+    return dict(read_json(path)["columns"])
+
+
+def check_input_file(path: str, stream: Stream, columns: Mapping[str, str] | None = None) -> FileInfo:
+    """Check one unit file; return its rows and bytes.
+
+    Raises :class:`DataError` naming the file when it is missing, cannot be read as the
+    stream's format (a corrupt file), or lacks a column of ``columns`` or has it with
+    another type (extra columns are allowed). CSV and JSON files are parsed with the
+    columns' types, so a value that does not convert is a mismatch too. Remote paths
+    (``s3a://``...) are not inspected here; Spark reports their errors.
+    """
+    import pyarrow as pa
 
     if not _is_local(path):
         return FileInfo(path, stream.name, None, None)
     local = _local(path)
     if not os.path.isfile(local):
         raise DataError(f"{path}: input file does not exist")
-    if stream.format != "parquet":
-        return FileInfo(path, stream.name, None, os.path.getsize(local))
+    columns = dict(columns) if columns is not None else {}
     try:
-        pf = pq.ParquetFile(local)
-        schema, rows = pf.schema_arrow, pf.metadata.num_rows
-    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError ... for a bad footer
-        raise DataError(f"{path}: not a readable parquet file ({type(exc).__name__}: {exc})") from exc
+        schema, rows = _read_checked(local, stream, columns)
+    except DataError:
+        raise
+    except (pa.ArrowException, OSError, ValueError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path}: not a readable {stream.format} file for stream {stream.name} "
+                        f"({type(exc).__name__}: {' '.join(str(exc).split())[:300]})") from exc
     problems = []
-    for col, spark_type in (SCHEMAS[stream.name] if _is_tpch(stream) else ()):
+    for col, want in columns.items():
         idx = schema.get_field_index(col)
         if idx < 0:
             problems.append(f"column {col} is missing")
-        elif not _arrow_ok(spark_type, schema.field(idx).type):
-            problems.append(f"column {col} is {schema.field(idx).type}, expected {spark_type}")
+        elif not _arrow_ok(want, schema.field(idx).type):
+            problems.append(f"column {col} is {schema.field(idx).type}, expected {want}")
     if problems:
         raise DataError(f"{path}: wrong schema for stream {stream.name}: " + "; ".join(problems))
     return FileInfo(path, stream.name, rows, os.path.getsize(local))
 
 
+def _read_checked(local: str, stream: Stream, columns: Mapping[str, str]):
+    """(arrow schema, rows) of a file: a footer, or a CSV / JSON file parsed with the columns' types."""
+    if stream.format == "parquet":
+        import pyarrow.parquet as pq
+
+        pf = pq.ParquetFile(local)
+        return pf.schema_arrow, pf.metadata.num_rows
+    if stream.format == "orc":
+        import pyarrow.orc as orc
+
+        f = orc.ORCFile(local)
+        return f.schema, f.nrows
+    if stream.format == "csv":
+        import pyarrow.csv as pcsv
+
+        opts = {k: v for k, v in stream.read_options().items()}
+        header = str(opts.get("header", "true")).lower() == "true"
+        sep = opts.get("sep", opts.get("delimiter", ","))
+        table = pcsv.read_csv(local, read_options=pcsv.ReadOptions(autogenerate_column_names=not header),
+                              parse_options=pcsv.ParseOptions(delimiter=sep),
+                              convert_options=pcsv.ConvertOptions(column_types={c: arrow_type(t)
+                                                                                for c, t in columns.items()}))
+        return table.schema, table.num_rows
+    import pyarrow as pa
+    import pyarrow.json as pjson
+
+    explicit = pa.schema([(c, arrow_type(t)) for c, t in columns.items()]) if columns else None
+    table = pjson.read_json(local, parse_options=pjson.ParseOptions(explicit_schema=explicit,
+                                                                    unexpected_field_behavior="ignore"))
+    return table.schema, table.num_rows
+
+
+def _arrow_ok(spark_type: str, arrow_type_) -> bool:
+    """A file's column type is the expected Spark type (strings in any arrow string type)."""
+    import pyarrow as pa
+
+    want = spark_type.upper().replace(" ", "")
+    if want == "STRING":
+        return pa.types.is_string(arrow_type_) or pa.types.is_large_string(arrow_type_) or \
+            str(arrow_type_) == "string_view"
+    got = spark_type_of(arrow_type_).replace(" ", "")
+    return got == {"INTEGER": "INT", "LONG": "BIGINT", "TIMESTAMP_NTZ": "TIMESTAMP"}.get(want, want)
+
+
+@dataclass(frozen=True)
+class Inspection:
+    """A batch's files, checked: the good ones with their sizes, and the quarantined units."""
+
+    infos: list[FileInfo]
+    quarantined: list[dict]
+    columns: dict[str, dict[str, str]]  #: stream -> the columns its files were checked against
+
+    @property
+    def files(self) -> list[str]:
+        return [i.path for i in self.infos]
+
+
+def unit_of(path: str, stream: Stream) -> str:
+    """The unit a file belongs to: its directory's name (directory units) or its own name."""
+    p = path.rstrip("/")
+    return os.path.basename(os.path.dirname(p)) if stream.unit == "dir" else os.path.basename(p)
+
+
+def inspect_files(files: Sequence[str], saved: Saved, record_dir: str | os.PathLike | None = None) -> Inspection:
+    """Check a batch's files (those of the streams its query reads). A bad file fails the batch
+    (``on_bad_unit="fail"``, a :class:`DataError` naming it) or takes its whole unit out of the
+    batch (``"quarantine"``: each such unit with the file and the reason)."""
+    read = [f for f in files if stream_of(f, saved.streams).name in saved.query.streams]
+    firsts: dict[str, str] = {}
+    for f in read:
+        firsts.setdefault(stream_of(f, saved.streams).name, f)
+    columns = {name: expected_columns(saved.stream(name), first, record_dir) for name, first in firsts.items()}
+    infos, bad = [], {}
+    for f in read:
+        stream = stream_of(f, saved.streams)
+        try:
+            infos.append(check_input_file(f, stream, columns[stream.name]))
+        except DataError as exc:
+            if stream.on_bad_unit == "fail":
+                raise
+            bad.setdefault(unit_of(f, stream), {"unit": unit_of(f, stream), "file": f, "reason": str(exc)})
+    good = [i for i in infos if unit_of(i.path, stream_of(i.path, saved.streams)) not in bad]
+    return Inspection(good, list(bad.values()), columns)
+
+
 def check_input_files(files: Iterable[str], streams: Sequence[Stream] = TPCH,
                       read: Sequence[str] | None = None) -> list[FileInfo]:
-    """:func:`check_input_file` for every file of the streams named in ``read`` (all if None)."""
+    """:func:`check_input_file` for every file of the streams named in ``read`` (all if None),
+    against each stream's declared (or TPC-H) schema."""
     out = []
     for f in files:
         s = stream_of(f, streams)
         if read is None or s.name in read:
-            out.append(check_input_file(str(f), s))
+            declared = dict(SCHEMAS[s.name]) if _is_tpch(s) else ddl_columns(s.schema) if s.schema else None
+            out.append(check_input_file(str(f), s, declared))
     return out
 
 
-def read_stream(spark, stream: Stream, files: Sequence[str]):
-    """A DataFrame of one stream's files: the TPC-H stream's schema, the declared one, or
-    (csv, json) the first file's; parquet and orc files describe themselves."""
+def read_stream(spark, stream: Stream, files: Sequence[str], columns: Mapping[str, str] | None = None):
+    """A DataFrame of one stream's files: with the TPC-H stream's schema, the declared one,
+    or (csv, json) ``columns``, those the files were checked against; parquet and orc
+    files describe themselves."""
     ddl = schema_ddl(stream.name) if _is_tpch(stream) else stream.schema
-    if ddl is None and stream.format in ("csv", "json") and files and _is_local(files[0]):
-        ddl = columns_ddl(file_schema(_local(files[0]), stream.format))
+    if ddl is None and columns and (stream.format in ("csv", "json") or not files):
+        ddl = columns_ddl(columns)
     if not files:
         if ddl is None:
             raise ConfigError(f"stream {stream.name}: an empty batch needs a declared schema", field="schema")
@@ -142,20 +249,21 @@ def as_saved(query: Saved | Query | str) -> Saved:
     return Saved(query) if isinstance(query, Query) else load_query(query)
 
 
-def run_batch(spark, query: Saved | Query | str, files: Sequence[str], static=None):
+def run_batch(spark, query: Saved | Query | str, files: Sequence[str], static=None, *,
+              inspection: Inspection | None = None, record_dir: str | os.PathLike | None = None):
     """One batch's partial result, a DataFrame, for the given input files.
 
     ``files`` are the batch's claimed unit files; files of streams the query does not
-    read are ignored. They are checked first (:func:`check_input_files`). ``static``: a
+    read are ignored. They are checked first (:func:`inspect_files`, or ``inspection``
+    when the caller did), and a quarantined unit's files are left out. ``static``: a
     directory of ``<table>.parquet`` or a mapping table -> path (default: the saved query's).
     """
     saved = as_saved(query)
     query = saved.query
-    files = [str(f) for f in files]
-    check_input_files(files, saved.streams, query.streams)
+    ins = inspection or inspect_files([str(f) for f in files], saved, record_dir)
     static = static if static is not None else saved.static
-    tables = {s: read_stream(spark, saved.stream(s), [f for f in files if stream_of(f, saved.streams).name == s])
-              for s in query.streams}
+    tables = {s: read_stream(spark, saved.stream(s), [f for f in ins.files if stream_of(f, saved.streams).name == s],
+                             ins.columns.get(s)) for s in query.streams}
     if query.static and static is None:
         raise ConfigError(f"query {query.id} joins static tables {', '.join(query.static)}; give their paths",
                           field="static")

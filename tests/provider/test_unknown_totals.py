@@ -1,0 +1,116 @@
+"""Windows whose number of units is not known in advance (``units=None``), without Airflow:
+the estimate, the spare entries, the re-plan after each claim, and the last batch that takes
+everything present at the window's end plus ``grace``."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.runtime import (
+    QueryConfig, batch_ready, claim_batch, effective, expected_units, fire_at, plan_window, store_plan,
+)
+from airflow_iqp.state import WindowState, atomic_write_json, read_claims
+from airflow_iqp.streams import Stream
+
+START = 1_800_000_000.0
+STREAM = Stream("events", format="csv", pattern="*.csv").to_dict()
+
+
+def cfg(tmp_path, **over):
+    base = dict(query="rev", landing=str(tmp_path / "landing"), state_dir=str(tmp_path / "state"), units=None,
+                rate=0.5, streams=(STREAM,), grace=5.0, margin=2.0,
+                cost_hint={"kind": "linear", "per_unit": 0.05, "per_batch": 4},
+                final_agg_hint={"kind": "linear", "base": 3, "per_batch": 0.2})
+    base.update(over)
+    return QueryConfig(**base)
+
+
+def land(landing, names, mtime):
+    landing.mkdir(parents=True, exist_ok=True)
+    for n in names:
+        (landing / n).write_text("k,x\na,1\n")
+        os.utime(landing / n, (mtime, mtime))
+    (landing / "_SUCCESS").write_text("")
+    (landing / (names[-1] + ".crc")).write_text("x")
+
+
+def history(state, counts):
+    for i, c in enumerate(counts):
+        atomic_write_json(state / "rev" / f"2026010{i}T000000" / "arrivals.json",
+                          {"offsets": [0.0] * c, "units": [f"u{j}" for j in range(c)]})
+
+
+def test_the_estimate_is_the_median_of_earlier_windows_else_the_rate_hint(tmp_path):
+    c = cfg(tmp_path)
+    assert expected_units(c, 120) == (60, "rate hint")
+    history(tmp_path / "state", [40, 70, 50])
+    assert expected_units(c, 120) == (50, "median of 3 earlier windows")
+    assert expected_units(cfg(tmp_path, units=9), 120) == (9, "units")
+    with pytest.raises(ConfigError, match="give units= or a rate= hint"):
+        expected_units(cfg(tmp_path / "none", rate=None), 120)
+
+
+def test_an_unknown_total_maps_checkpoints_and_a_last_batch_at_the_end_plus_grace(tmp_path):
+    history(tmp_path / "state", [40, 40, 40])
+    wp = plan_window(cfg(tmp_path), START, START + 120, START + 150, now=START)
+    assert "40 units expected (median of 3 earlier windows)" in wp.models
+    last = wp.batches[-1]
+    assert last["last"] and last["known_total"] is False and last["ready_ts"] == START + 125
+    assert fire_at(last) == START + 125
+    checks = [b for b in wp.batches if b.get("spare")]
+    assert [b["latest_start_ts"] for b in checks] == [START + 40, START + 80]
+    assert [b["index"] for b in wp.batches] == list(range(1, len(wp.batches) + 1))
+    assert wp.cost_model == {"kind": "linear", "per_unit": 0.05, "per_batch": 4.0}
+
+
+def _claimed(c, wp) -> list[str]:
+    claims = read_claims(WindowState(c.state_dir, "rev", wp.window_id))
+    return [u for m in claims.values() for u in m["units"]]
+
+
+def test_a_checkpoint_runs_a_batch_only_when_the_rest_would_not_fit_after_the_window(tmp_path):
+    history(tmp_path / "state", [40, 40, 40])
+    # One batch after the window fits the estimate (4 + 0.3 x 40 + a 3.2 s merge + 2 s margin <= 22 s),
+    # not 30 % more (4 + 0.3 x 53 + 3.2 > 22 s).
+    c = cfg(tmp_path, cost_hint={"kind": "linear", "per_unit": 0.3, "per_batch": 4}, grace=0.0)
+    wp = plan_window(c, START, START + 120, START + 142, now=START)
+    store_plan(wp)
+    assert [b["units"] for b in wp.batches if not b.get("spare")] == [40]
+    landing = tmp_path / "landing"
+    land(landing, [f"w-{i:03d}.csv" for i in range(13)], START + 20)       # on the estimate's pace
+    check1 = wp.batches[0]
+    assert batch_ready(check1, START + 39) is None and batch_ready(check1, START + 40) == "time"
+    assert claim_batch(check1, START + 40)["units"] == []                               # the rest still fits after the end
+    land(landing, [f"w-{i:03d}.csv" for i in range(13, 35)], START + 60)    # 35 by 80 s: 30 % ahead
+    check2 = wp.batches[1]
+    assert batch_ready(check2, START + 80) == "time"
+    claim = claim_batch(check2, START + 80)
+    assert len(claim["units"]) == 35                                        # 52 expected now: run what is in
+    doc = json.loads((WindowState(c.state_dir, "rev", wp.window_id).root / "replan.json").read_text())
+    assert doc["after"] == 2 and doc["ran"] and doc["expected_total"] == 53
+    land(landing, [f"w-{i:03d}.csv" for i in range(35, 52)], START + 110)
+    last = wp.batches[-1]
+    assert batch_ready(last, START + 119.9) is None and batch_ready(last, START + 120) == "time"
+    claim_batch(last, START + 120)
+    units = _claimed(c, wp)
+    assert len(units) == len(set(units)) == 52 and not any(u.startswith("_") or u.endswith(".crc") for u in units)
+
+
+def test_thirty_percent_fewer_units_lose_nothing(tmp_path):
+    history(tmp_path / "state", [40, 40, 40])
+    c = cfg(tmp_path)
+    wp = plan_window(c, START, START + 120, START + 150, now=START)
+    store_plan(wp)
+    land(tmp_path / "landing", [f"w-{i:03d}.csv" for i in range(28)], START + 30)
+    for b in wp.batches[:-1]:
+        if batch_ready(b, fire_at(b)):
+            claim_batch(b, fire_at(b))
+    last = wp.batches[-1]
+    assert batch_ready(last, START + 125) == "time"
+    claim_batch(last, START + 125)
+    units = _claimed(c, wp)
+    assert len(units) == len(set(units)) == 28
