@@ -293,7 +293,7 @@ def file_schema(path: str | os.PathLike, format: str = "parquet") -> dict[str, s
     import pyarrow.dataset as ds
 
     try:
-        schema = ds.dataset(str(path), format=format).schema
+        schema = ds.dataset(os.fspath(path), format=format).schema
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise ConfigError(f"{path}: cannot read it as {format} ({exc})", field="format") from exc
     return {f.name: spark_type(f.type) for f in schema}

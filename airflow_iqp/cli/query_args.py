@@ -65,7 +65,7 @@ def saved_from_args(args, *, check_files: bool):
                 raise ConfigError(f"{s.path} holds no unit of stream {s.name} (files matching {s.file_pattern})"
                                   if s.unit == "file" else f"{s.path} holds no unit directory with "
                                   f"{s.name}{s.ext}", "--stream")
-            first = units[0] / f"{s.name}{s.ext}" if s.unit == "dir" else units[0]
+            first = units[0].files[s.name][0]
             schemas[s.name] = file_schema(first, s.format)
         for name, path in static.items():
             fmt = next((f for f in FORMATS if path.endswith("." + f)), "parquet")
