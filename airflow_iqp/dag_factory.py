@@ -53,7 +53,8 @@ from airflow_iqp.timetables.window import WindowTimetable
 BATCH_LABEL = "{{ task.batch.label }}"
 
 
-def iqp_dag(*, units: int, window: dt.timedelta, deadline_offset: dt.timedelta, query: str | Query | None = None,
+def iqp_dag(*, window: dt.timedelta, deadline_offset: dt.timedelta, units: int | None = None,
+            grace: float | dt.timedelta | None = None, query: str | Query | None = None,
             sql: str | None = None, name: str | None = None, streams: Mapping | None = None,
             landing: str | None = None, static: str | Mapping | None = None, allow_single_batch: bool = False,
             dag_id: str | None = None, rate: float | None = None, profile: str = "fixed",
@@ -85,7 +86,12 @@ def iqp_dag(*, units: int, window: dt.timedelta, deadline_offset: dt.timedelta, 
         TPC-H layout, with ``landing`` and ``static`` a directory of ``<table>.parquet``), or a
         :class:`~airflow_iqp.query.Query` (e.g. ``Query(partial=fn, final=fn)`` of PySpark functions).
     :param landing: a catalogued query's landing path (with ``sql``, the streams give it).
-    :param units: units expected per window.
+    :param units: units expected per window, if known. Without it the count is estimated: the
+        median of earlier windows' counts, or ``rate`` times the window for the first; the
+        plan is checked against what has arrived at checkpoints through the window, and the
+        last batch takes everything present at the window's end plus ``grace``.
+    :param grace: how long after the window's end units may still land for the last batch
+        (seconds or a timedelta; default 0).
     :param window: the window length; runs are created as each window opens.
     :param deadline_offset: the result is due this long after the window's end.
     :param backend: ``"spark-submit"`` (default; one spark-submit per batch, for YARN, Kubernetes,
@@ -149,6 +155,7 @@ def iqp_dag(*, units: int, window: dt.timedelta, deadline_offset: dt.timedelta, 
     ) as dag:
         plan = BatchPlanOperator(
             task_id="plan", query=q, landing=landing, units=units, static=static, state_dir=state_dir,
+            grace=grace.total_seconds() if isinstance(grace, dt.timedelta) else grace,
             streams=[st.to_dict() for st in stream_list] if stream_list else None,
             rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint, final_agg_hint=final_agg_hint,
             backend=backend, mode=mode, rsf=rsf, c_max=c_max, max_batches=max_batches, margin=margin,

@@ -52,7 +52,7 @@ class BatchPlanOperator(BaseOperator):
     template_fields: Sequence[str] = ("landing", "static", "state_dir")
     ui_color = "#f5e6c8"
 
-    def __init__(self, *, query: str | Query, landing: str, units: int, static: str | dict | None = None,
+    def __init__(self, *, query: str | Query, landing: str, units: int | None = None, static: str | dict | None = None,
                  streams: Sequence[dict] | None = None,
                  state_dir: str | None = None, rate: float | None = None, profile: str = "fixed",
                  arrival: str = "hint", cost_hint: dict | None = None, final_agg_hint: dict | None = None,
@@ -60,7 +60,7 @@ class BatchPlanOperator(BaseOperator):
                  max_batches: int = 16, margin: float | None = None, deadline_offset: dt.timedelta | None = None,
                  on_deadline_risk: Any = None, fuse_tail: bool = False, dispatch: float | None = None,
                  ahead: float | None = None, tail_lead: float | None = None, shares: dict | None = None,
-                 cost_scale: float | None = None, **kwargs):
+                 cost_scale: float | None = None, grace: float | None = None, **kwargs):
         super().__init__(**kwargs)
         self.fuse_tail = fuse_tail
         self.tail_lead = default_lead(backend) if tail_lead is None else float(tail_lead)
@@ -76,7 +76,8 @@ class BatchPlanOperator(BaseOperator):
                                                final_agg_hint=final_agg_hint, backend=backend, mode=mode, rsf=rsf,
                                                c_max=c_max, max_batches=max_batches, margin=margin,
                                                fuse_tail=fuse_tail, dispatch=dispatch, ahead=ahead,
-                                               shares=_seconds(shares, "shares"), cost_scale=cost_scale).items()
+                                               shares=_seconds(shares, "shares"), cost_scale=cost_scale,
+                                               grace=grace).items()
                         if v is not None}
         self.deadline_offset = deadline_offset
         self.on_deadline_risk = on_deadline_risk or DeadlineRiskNotifier()

@@ -1,0 +1,28 @@
+"""A user's SQL over their own CSV files, with no ``units=``: the end-to-end test's DAG
+(tests/e2e/test_own_data.py). Windows, rate hint and deadline come from the environment."""
+
+import os
+from datetime import datetime, timedelta
+
+from airflow_iqp.dag_factory import iqp_dag
+from airflow_iqp.streams import Stream
+
+DATA = os.environ.get("IQP_DATA", "/opt/iqp")
+ANCHOR = datetime.fromisoformat(os.environ["IQP_ANCHOR"]) if os.environ.get("IQP_ANCHOR") else None
+END = datetime.fromisoformat(os.environ["IQP_END"]) if os.environ.get("IQP_END") else None
+
+dag = iqp_dag(
+    name="events_csv",
+    sql="""SELECT country, count(*) AS n, sum(amount) AS revenue, avg(qty) AS avg_qty,
+                  count(DISTINCT user_id) AS users
+           FROM events WHERE amount IS NOT NULL GROUP BY country ORDER BY country""",
+    streams={"events": Stream(path=DATA + "/landing/{{ data_interval_start | ts_nodash }}", format="csv",
+                              pattern="*.csv")},
+    rate=float(os.environ.get("IQP_RATE", "0.2")),
+    grace=float(os.environ.get("IQP_GRACE_S", "3")),
+    window=timedelta(seconds=int(os.environ.get("IQP_WINDOW_S", "3600"))),
+    deadline_offset=timedelta(seconds=int(os.environ.get("IQP_DEADLINE_S", "600"))),
+    cost_hint={"kind": "linear", "per_unit": 0.1, "per_batch": 20},
+    final_agg_hint={"kind": "linear", "base": 20.0, "per_batch": 0.5},
+    anchor=ANCHOR, start_date=ANCHOR, end_date=END,
+)

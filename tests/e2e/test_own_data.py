@@ -1,0 +1,130 @@
+"""Own data end to end: a user's SQL over CSV files of the writer's own naming, with no
+``units=``, through real Airflow processes and real spark-submit.
+
+Two consecutive windows of 60 s. A writer drops CSV files at a varying rate, each written
+under an in-flight name and renamed, next to ``.crc`` checksums and a ``_SUCCESS`` marker.
+The first window (12 files) is planned from the rate hint; the second gets 16 files, 30 %
+more than the history (the first window's 12) predicts. Each result must equal DuckDB over
+the window's files, meet its deadline, and every file be claimed exactly once.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+from airflow_iqp.local_airflow import airflow_env  # noqa: E402
+from tests.reference import assert_same_rows  # noqa: E402
+
+pytestmark = [pytest.mark.airflow, pytest.mark.spark]
+
+W = 60            # window length, s
+OFFSET = 75       # deadline after the window's end, s
+COUNTS = (12, 16)  # files in the two windows: the second 30 % more than the first
+DAG_ID = "iqp_events_csv"
+SQL = ("SELECT country, count(*) AS n, sum(amount) AS revenue, avg(qty) AS avg_qty, count(DISTINCT user_id) AS users "
+       "FROM events WHERE amount IS NOT NULL GROUP BY country ORDER BY country")
+
+
+def wid(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y%m%dT%H%M%S")
+
+
+def write_file(landing: Path, rng: random.Random) -> str:
+    """One CSV file as a writer makes it: an in-flight name, a rename, a checksum beside it."""
+    name = f"part-{rng.randint(0, 99999):05d}-{uuid.UUID(int=rng.getrandbits(128))}.csv"
+    tmp = landing / f".{name}.inprogress"
+    with open(tmp, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["user_id", "country", "amount", "qty"])
+        for _ in range(rng.randint(5, 30)):
+            w.writerow([rng.choice(["", *map(str, range(1, 9))]), rng.choice(["fr", "de", "us", "jp"]),
+                        rng.choice(["", f"{rng.uniform(0, 300):.2f}"]), rng.randint(0, 9)])
+    tmp.rename(landing / name)
+    (landing / f".{name}.crc").write_text("crc")
+    return name
+
+
+def writer(landing: Path, start: float, count: int, seed: int, out: list[str]) -> None:
+    """``count`` files through the window at a varying rate (a burst, a lull, a trickle)."""
+    rng = random.Random(seed)
+    landing.mkdir(parents=True, exist_ok=True)
+    offsets = sorted([rng.uniform(2, 12) for _ in range(count // 2)]
+                     + [rng.uniform(30, W - 4) for _ in range(count - count // 2)])
+    for off in offsets:
+        time.sleep(max(0.0, start + off - time.time()))
+        out.append(write_file(landing, rng))
+    time.sleep(max(0.0, start + W - 1 - time.time()))
+    (landing / "_SUCCESS").write_text("")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    data = tmp_path_factory.mktemp("own_data")
+    anchor = (int(time.time()) // 10) * 10 + 50
+    env = {"IQP_DATA": str(data), "IQP_ANCHOR": datetime.fromtimestamp(anchor, timezone.utc).isoformat(),
+           "IQP_END": datetime.fromtimestamp(anchor + W + 1, timezone.utc).isoformat(),
+           "IQP_WINDOW_S": str(W), "IQP_DEADLINE_S": str(OFFSET), "IQP_RATE": str(COUNTS[0] / W),
+           "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
+           "AIRFLOW__IQP__STATE_DIR": str(data / "state")}
+    starts = [anchor, anchor + W]
+    written: dict[float, list[str]] = {s: [] for s in starts}
+    out = {"data": data, "starts": starts, "written": written}
+    with airflow_env(ROOT / "tests" / "e2e" / "dags", extra_env=env) as af:
+        af.wait_for_dag(DAG_ID)
+        af.unpause(DAG_ID)
+        threads = [threading.Thread(target=writer, args=(data / "landing" / wid(s), s, n, i, written[s]))
+                   for i, (s, n) in enumerate(zip(starts, COUNTS))]
+        for t in threads:
+            t.start()
+        run_ids = [af.window_run(DAG_ID, s, timeout=W + 180) for s in starts]
+        out["runs"] = [af.wait_for_run(DAG_ID, r, timeout=2 * W + OFFSET + 300, expect_success=False)
+                       for r in run_ids]
+        out["logs"] = af.logs_tail(80)
+        for t in threads:
+            t.join(timeout=W + 10)
+    return out
+
+
+def test_each_window_equals_duckdb_over_its_files_and_meets_its_deadline(run):
+    import duckdb
+    import pyarrow.parquet as pq
+
+    from airflow_iqp.state import WindowState, read_claims, read_json
+
+    assert [r["state"] for r in run["runs"]] == ["success", "success"], run["logs"]
+    for start, count in zip(run["starts"], COUNTS):
+        names = run["written"][start]
+        assert len(names) == count
+        ws = WindowState(run["data"] / "state", "events_csv", wid(start))
+        claims = read_claims(ws)
+        units = [u for c in claims.values() for u in c["units"]]
+        assert len(units) == len(set(units)) and sorted(units) == sorted(names), "lost or counted twice"
+        report = read_json(ws.root / "report.json")
+        assert report["deadline_met"] and not report["partial"] and report["quarantined"] == []
+        files = [str(run["data"] / "landing" / wid(start) / n) for n in names]
+        con = duckdb.connect()
+        con.execute(f"CREATE VIEW events AS SELECT * FROM read_csv({files!r}, header = true)")
+        ref = con.execute(SQL).fetchall()
+        got = [tuple(r.values()) for r in pq.read_table(read_json(ws.result_manifest)["result"]).to_pylist()]
+        assert_same_rows(got, ref, ordered=True, label=ws.window_id)
+
+
+def test_the_second_window_is_planned_from_the_first_and_gets_30_percent_more(run):
+    from airflow_iqp.state import WindowState, read_json
+
+    first, second = (read_json(WindowState(run["data"] / "state", "events_csv", wid(s)).root / "plan.json")
+                     for s in run["starts"])
+    assert "12 units expected (rate hint)" in first["models"]
+    assert "12 units expected (median of 1 earlier windows)" in second["models"]
+    assert len(run["written"][run["starts"][1]]) == round(12 * 1.3) + 0
+    assert all(b.get("known_total") is False for b in second["batches"])
