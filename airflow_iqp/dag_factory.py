@@ -54,7 +54,8 @@ BATCH_LABEL = "{{ task.batch.label }}"
 
 
 def iqp_dag(*, window: dt.timedelta, deadline_offset: dt.timedelta, units: int | None = None,
-            grace: float | dt.timedelta | None = None, query: str | Query | None = None,
+            grace: float | dt.timedelta | None = None, late: str = "record",
+            lateness: float | dt.timedelta | None = None, query: str | Query | None = None,
             sql: str | None = None, name: str | None = None, streams: Mapping | None = None,
             landing: str | None = None, static: str | Mapping | None = None, allow_single_batch: bool = False,
             dag_id: str | None = None, rate: float | None = None, profile: str = "fixed",
@@ -92,6 +93,11 @@ def iqp_dag(*, window: dt.timedelta, deadline_offset: dt.timedelta, units: int |
         last batch takes everything present at the window's end plus ``grace``.
     :param grace: how long after the window's end units may still land for the last batch
         (seconds or a timedelta; default 0).
+    :param late: units that land after the last claim are recorded (``"record"``, the
+        default: ``late.json``, the result marked partial), or also merged (``"merge"``): the
+        next window's run claims them ``lateness`` after this window's end plus ``grace``,
+        computes them and writes this window's result again as a new revision, and the
+        result's Asset event fires again. The deadline stays that of the first revision.
     :param window: the window length; runs are created as each window opens.
     :param deadline_offset: the result is due this long after the window's end.
     :param backend: ``"spark-submit"`` (default; one spark-submit per batch, for YARN, Kubernetes,
@@ -155,7 +161,7 @@ def iqp_dag(*, window: dt.timedelta, deadline_offset: dt.timedelta, units: int |
     ) as dag:
         plan = BatchPlanOperator(
             task_id="plan", query=q, landing=landing, units=units, static=static, state_dir=state_dir,
-            grace=grace.total_seconds() if isinstance(grace, dt.timedelta) else grace,
+            grace=_seconds(grace), late=late, lateness=_seconds(lateness),
             streams=[st.to_dict() for st in stream_list] if stream_list else None,
             rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint, final_agg_hint=final_agg_hint,
             backend=backend, mode=mode, rsf=rsf, c_max=c_max, max_batches=max_batches, margin=margin,
@@ -180,9 +186,18 @@ def iqp_dag(*, window: dt.timedelta, deadline_offset: dt.timedelta, units: int |
                          state_dir=state_dir,
                          conf=spark_conf, retries=retries, retry_delay=dt.timedelta(seconds=5), **spark)
         batch.expand(entry=plan.output) >> final
+        if late == "merge":  # the window before this one: its late units, merged into its result
+            late_batch = XComArg(plan, key="late")
+            BatchReadySensor(task_id="late_wait", batch=late_batch) >> final_op(
+                task_id="late", query=query, late=late_batch, state_dir=state_dir, conf=spark_conf, retries=retries,
+                retry_delay=dt.timedelta(seconds=5), **spark)
         if fuse_tail:
             BatchReadySensor(task_id="tail_wait", batch=tail, claim=False) >> final
     return dag
+
+
+def _seconds(value: float | dt.timedelta | None) -> float | None:
+    return value.total_seconds() if isinstance(value, dt.timedelta) else value
 
 
 def _query_and_streams(query, sql, name, streams, landing, static, allow_single_batch):

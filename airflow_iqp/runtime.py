@@ -108,12 +108,21 @@ class QueryConfig:
     #: Seconds after the window's end that the last batch still waits for units to land:
     #: it takes everything present at the window's end plus this.
     grace: float = 0.0
+    #: Units that land after the last claim: "record" them (``late.json``, the result marked
+    #: partial), or "merge" them too: the next window's run merges them into this window's
+    #: result, ``lateness`` seconds after its end plus ``grace``, as a new revision.
+    late: str = "record"
+    lateness: float = 0.0
 
     def __post_init__(self):
         if self.units is not None and (not isinstance(self.units, int) or self.units < 1):
             raise ConfigError(f"must be a whole number >= 1, or None (unknown), got {self.units!r}", "units")
         if not (isinstance(self.grace, (int, float)) and self.grace >= 0):
             raise ConfigError(f"must be >= 0 seconds, got {self.grace!r}", "grace")
+        if self.late not in ("record", "merge"):
+            raise ConfigError(f"must be 'record' or 'merge', got {self.late!r}", "late")
+        if not (isinstance(self.lateness, (int, float)) and self.lateness >= 0):
+            raise ConfigError(f"must be >= 0 seconds, got {self.lateness!r}", "lateness")
         if self.arrival not in ("hint", "observed"):
             raise ConfigError(f"must be 'hint' or 'observed', got {self.arrival!r}", "arrival")
         if self.backend not in BACKENDS:
@@ -560,7 +569,7 @@ def fire_at(batch: dict) -> float:
     The last batch of a window whose total is unknown fires at its ready time: the window's
     end plus ``grace``."""
     batch = effective(batch)
-    if batch["last"] and batch.get("known_total") is False:
+    if batch.get("late") or (batch["last"] and batch.get("known_total") is False):
         return max(batch["ready_ts"], batch.get("turn_ts", 0.0))
     if batch["last"]:
         return max(batch["latest_start_ts"], batch["ready_ts"] + LAST_UNIT_GRACE_S, batch.get("turn_ts", 0.0))
@@ -582,8 +591,8 @@ def batch_ready(batch: dict, now: float, arrived: int | None = None) -> str | No
         return "skip" if _previous_decided(batch) else ("time" if now >= fire_at(batch) else None)
     if now >= fire_at(batch):
         return "time"
-    if batch.get("spare") or (batch["last"] and batch.get("known_total") is False):
-        return None  # a checkpoint fires on time; the last batch at the window's end plus grace
+    if batch.get("spare") or batch.get("late") or (batch["last"] and batch.get("known_total") is False):
+        return None  # a checkpoint, a late batch, and the last batch of an unknown total fire on time
     needed = batch["expected_total"] if batch["last"] else batch["cumulative"]
     if arrived is None:
         # Nine final tasks polling 20 times a second near the window's end, each listing 300
@@ -903,6 +912,33 @@ def claim_batch(batch: dict, now: float | None = None) -> dict:
 
 
 # -------------------------------------------------------------------- late data
+
+
+def late_entry(cfg: QueryConfig, window_start: float, window_end: float) -> dict | None:
+    """With ``late="merge"``: the late batch of the window before this one, for this run to
+    merge into its result, or None (no earlier window planned, or late data only recorded).
+
+    It fires ``lateness`` seconds after that window's end plus ``grace`` and claims every
+    unit of it that no batch has claimed; :func:`airflow_iqp.spark.final_job.execute_late`
+    merges them as a new revision. It runs in the next window's run, so the earlier run
+    is over by its deadline and its deadline alert says only whether the first revision
+    was on time.
+    """
+    if cfg.late != "merge":
+        return None
+    previous = WindowState(cfg.state_dir, cfg.query, window_id(window_start - (window_end - window_start)))
+    path = previous.root / "plan.json"
+    if not path.is_file():
+        return None
+    doc = read_json(path)
+    if not doc["batches"] or doc.get("backfill"):
+        return None
+    last = max(doc["batches"], key=lambda e: e["index"])
+    at = doc["window_end"] + last.get("grace", cfg.grace) + cfg.lateness
+    entry = {k: v for k, v in last.items() if k not in ("known_total", "spare", "skip", "turn_ts", "max_units")}
+    return {**entry, "index": last["index"] + 1, "of": last["index"] + 1, "last": True, "late": True,
+            "ready_ts": at, "latest_start_ts": at, "window_start_ts": doc["window_start"],
+            "label": f"late data of window {previous.window_id} · ready {clock(at)}"}
 
 
 def late_units(batch_or_cfg: dict, window_start: float) -> dict:

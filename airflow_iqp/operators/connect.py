@@ -35,11 +35,14 @@ def run_batch_in_session(batch: dict, slots: int = 0, spark=None) -> dict:
 
 
 def run_final_in_session(query: str, window_dir: str, tail: dict | None = None, tail_slots: int = 0,
-                         spark=None) -> dict:
+                         late: int | None = None, spark=None) -> dict:
     """A window's final aggregation on ``spark`` (the callable of :class:`FinalConnectOperator`);
-    with a fused tail, :func:`~airflow_iqp.spark.final_job.run_tail` on the session."""
-    from airflow_iqp.spark.final_job import execute_final, run_tail
+    with a fused tail, :func:`~airflow_iqp.spark.final_job.run_tail` on the session; with a
+    late batch, :func:`~airflow_iqp.spark.final_job.execute_late`."""
+    from airflow_iqp.spark.final_job import execute_final, execute_late, run_tail
 
+    if late is not None:
+        return execute_late(spark, query, window_dir, late)
     if not tail:
         return execute_final(spark, query, window_dir)
     return run_tail(spark, query, window_dir, tail, tail_slots)
@@ -84,20 +87,21 @@ class FinalConnectOperator(_FinalTask, PySparkOperator):
     last batch's input, claims it, and runs that batch and the merge on the session.
     """
 
-    template_fields: Sequence[str] = (*PySparkOperator.template_fields, "plan", "tail", "state_dir")
+    template_fields: Sequence[str] = (*PySparkOperator.template_fields, "plan", "tail", "state_dir", "late")
 
-    def __init__(self, *, query: str, plan: Any, tail: Any = None, state_dir: str | None = None,
-                 tail_slots: int = 0, conn_id: str | None = None, **kwargs):
+    def __init__(self, *, query: str, plan: Any = None, tail: Any = None, state_dir: str | None = None,
+                 tail_slots: int = 0, late: Any = None, conn_id: str | None = None, **kwargs):
         kwargs.pop("conf", None)
         super().__init__(python_callable=run_final_in_session, conn_id=conn_id or config.connect_conn_id(),
-                         **self._final_defaults(kwargs, query))
-        self._final_init(query, plan, state_dir, tail, tail_slots)
+                         **self._final_defaults(kwargs, query, late))
+        self._final_init(query, plan, state_dir, tail, tail_slots, late)
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
         self.op_kwargs = {"query": self.query, "window_dir": str(self._window(context).root),
-                          "tail": as_batch(self.tail) if self.tail else None, "tail_slots": self.tail_slots}
+                          "tail": as_batch(self.tail) if self.tail else None, "tail_slots": self.tail_slots,
+                          "late": self._late_index()}
 
     def execute(self, context) -> Any:
         super().execute(context)
-        return self._after_final(context, self._window(context))
+        return self._after(context)

@@ -17,7 +17,7 @@ from airflow.sdk import Asset, TriggerRule
 from airflow_iqp import config
 from airflow_iqp.operators.submit import _IQPSparkSubmit
 from airflow_iqp.runtime import (
-    as_batch, late_units, record_arrivals, record_task_cpu, window_id, window_task_cpu,
+    as_batch, batch_state, late_units, record_arrivals, record_task_cpu, window_id, window_task_cpu,
 )
 from airflow_iqp.state import WindowState, atomic_write_json, read_claims, read_json
 
@@ -31,18 +31,48 @@ class _FinalTask:
     """What a final aggregation does around the merge, whichever backend runs it."""
 
     @staticmethod
-    def _final_defaults(kwargs: dict, query: str) -> dict:
-        kwargs.setdefault("trigger_rule", TriggerRule.NONE_FAILED)
+    def _final_defaults(kwargs: dict, query: str, late: Any = None) -> dict:
+        if late is None:  # a late merge runs only after its sensor claimed something
+            kwargs.setdefault("trigger_rule", TriggerRule.NONE_FAILED)
         kwargs.setdefault("outlets", [result_asset(query)])
         return kwargs
 
     def _final_init(self, query: str, plan: Any, state_dir: str | None, tail: Any = None,
-                    tail_slots: int = 0) -> None:
+                    tail_slots: int = 0, late: Any = None) -> None:
         self.query = query
         self.plan = plan
         self.tail = tail
         self.tail_slots = tail_slots
+        self.late = late
         self.state_dir = state_dir or config.state_dir()
+
+    def _late_index(self) -> int | None:
+        return as_batch(self.late)["index"] if self.late else None
+
+    def _after(self, context) -> dict:
+        return self._after_late(context) if self.late else self._after_final(context, self._window(context))
+
+    def _after_late(self, context) -> dict:
+        """After a late merge: the earlier window's manifest and report say what the new
+        revision covers; its first revision's time, which its deadline was about, stays."""
+        entry = as_batch(self.late)
+        ws = batch_state(entry)
+        manifest = read_json(ws.result_manifest)
+        late = late_units(entry, entry["window_start_ts"])
+        manifest["partial"] = bool(late["units"] or manifest.get("quarantined"))
+        manifest["late_units"] = late["units"]
+        atomic_write_json(ws.result_manifest, manifest)
+        atomic_write_json(ws.root / "late.json", late)
+        report = read_json(ws.root / "report.json") if (ws.root / "report.json").is_file() else {}
+        report.update({"revision": manifest["revision"], "revisions": manifest["revisions"],
+                       "partial": manifest["partial"], "late_units": late["units"]})
+        atomic_write_json(ws.root / "report.json", report)
+        context["outlet_events"][result_asset(self.query)].extra = {
+            "window": ws.window_id, "result": manifest["result"], "partial": manifest["partial"],
+            "revision": manifest["revision"]}
+        self.log.info("window %s: late data merged, revision %d of %s", ws.window_id, manifest["revision"],
+                      manifest["result"])
+        return report
 
     def _batches(self) -> list[dict]:
         """Every batch of the window: the mapped ones, and the fused tail's (those it ran first too)."""
@@ -52,6 +82,8 @@ class _FinalTask:
         return list(self.plan or []) + list(tail.get("before") or []) + [tail]
 
     def _window(self, context) -> WindowState:
+        if self.late:
+            return batch_state(as_batch(self.late))
         start = context["data_interval_start"].timestamp()
         return WindowState(self.state_dir, self.query, window_id(start))
 
@@ -127,16 +159,18 @@ class FinalAggregationOperator(_FinalTask, _IQPSparkSubmit):
     :param tail_slots: fused tails of the state directory's queries that run at once, earliest
         deadline first (:func:`~airflow_iqp.runtime.cluster_turn`); 0, the default, is no limit.
     :param state_dir: the state directory (default ``[iqp] state_dir``).
+    :param late: instead of this window's merge, the earlier window's late batch
+        (:func:`~airflow_iqp.runtime.late_entry`), merged into its result as a new revision.
     """
 
-    template_fields: Sequence[str] = (*_IQPSparkSubmit.template_fields, "plan", "tail", "state_dir")
+    template_fields: Sequence[str] = (*_IQPSparkSubmit.template_fields, "plan", "tail", "state_dir", "late")
 
-    def __init__(self, *, query: str, plan: Any, tail: Any = None, state_dir: str | None = None,
-                 tail_slots: int = 0, **kwargs):
+    def __init__(self, *, query: str, plan: Any = None, tail: Any = None, state_dir: str | None = None,
+                 tail_slots: int = 0, late: Any = None, **kwargs):
         kwargs.setdefault("conn_id", config.get("spark_conn_id"))
-        kwargs.setdefault("name", f"iqp-final-{query}")
-        super().__init__(**self._final_defaults(kwargs, query))
-        self._final_init(query, plan, state_dir, tail, tail_slots)
+        kwargs.setdefault("name", f"iqp-{'late' if late is not None else 'final'}-{query}")
+        super().__init__(**self._final_defaults(kwargs, query, late))
+        self._final_init(query, plan, state_dir, tail, tail_slots, late)
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
@@ -148,5 +182,7 @@ class FinalAggregationOperator(_FinalTask, _IQPSparkSubmit):
             # driver, with the JVM already up (final_job.run_tail).
             self.application_args = [*self.application_args, "--tail", json.dumps(as_batch(self.tail)),
                                      "--tail-slots", str(self.tail_slots)]
+        if self.late:  # the earlier window's late batch, merged as a new revision (final_job.execute_late)
+            self.application_args = [*self.application_args, "--late", str(self._late_index())]
         super().execute(context)
-        return self._after_final(context, self._window(context))
+        return self._after(context)

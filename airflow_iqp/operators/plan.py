@@ -14,7 +14,8 @@ from airflow_iqp.query import Query
 from airflow_iqp.query.catalogue import get_query
 from airflow_iqp.query.store import Saved, save_query
 from airflow_iqp.runtime import (
-    QueryConfig, clock, format_window_plan, plan_window, record_task_cpu, split_tail, store_plan, streams_of,
+    QueryConfig, clock, format_window_plan, late_entry, plan_window, record_task_cpu, split_tail, store_plan,
+    streams_of,
     tail_lead as default_lead,
 )
 from airflow_iqp.state import WindowState
@@ -60,7 +61,8 @@ class BatchPlanOperator(BaseOperator):
                  max_batches: int = 16, margin: float | None = None, deadline_offset: dt.timedelta | None = None,
                  on_deadline_risk: Any = None, fuse_tail: bool = False, dispatch: float | None = None,
                  ahead: float | None = None, tail_lead: float | None = None, shares: dict | None = None,
-                 cost_scale: float | None = None, grace: float | None = None, **kwargs):
+                 cost_scale: float | None = None, grace: float | None = None, late: str | None = None,
+                 lateness: float | None = None, **kwargs):
         super().__init__(**kwargs)
         self.fuse_tail = fuse_tail
         self.tail_lead = default_lead(backend) if tail_lead is None else float(tail_lead)
@@ -77,7 +79,7 @@ class BatchPlanOperator(BaseOperator):
                                                c_max=c_max, max_batches=max_batches, margin=margin,
                                                fuse_tail=fuse_tail, dispatch=dispatch, ahead=ahead,
                                                shares=_seconds(shares, "shares"), cost_scale=cost_scale,
-                                               grace=grace).items()
+                                               grace=grace, late=late, lateness=lateness).items()
                         if v is not None}
         self.deadline_offset = deadline_offset
         self.on_deadline_risk = on_deadline_risk or DeadlineRiskNotifier()
@@ -104,6 +106,8 @@ class BatchPlanOperator(BaseOperator):
         self.log.info("plan\n%s", format_window_plan(wp))
         path = store_plan(wp)
         context["ti"].xcom_push(key="plan", value=wp.to_dict())
+        # The window before this one: its late batch, merged by this run (late="merge").
+        context["ti"].xcom_push(key="late", value=late_entry(cfg, start.timestamp(), end.timestamp()))
         if not wp.plan.feasible and not wp.backfill:
             context["iqp_plan"] = wp.to_dict()
             context["iqp_record"] = str(WindowState(cfg.state_dir, cfg.query, wp.window_id).root / "deadline_risk.json")

@@ -1,7 +1,7 @@
 """spark-submit application: the final aggregation of one window.
 
     spark-submit final_job.py QUERY_ID WINDOW_DIR [--expect-units N] [--no-history]
-                              [--tail ENTRY_JSON [--tail-slots N]]
+                              [--tail ENTRY_JSON [--tail-slots N]] [--late BATCH]
 
 WINDOW_DIR is ``STATE/<query>/<window>``. The job merges every batch's partial
 (``partials/batch-NNNN/``) into ``result/`` (written to a hidden temporary directory and
@@ -15,6 +15,10 @@ ready after the task starts) the application starts before the window's end, war
 session, runs those batches as each becomes ready, waits for the last batch's input,
 claims it, waits for its turn (``--tail-slots``), and runs it with the merge: after the
 window's end, no JVM start and one Spark application instead of two (:func:`run_tail`).
+
+With ``--late BATCH`` (late data, merged) it computes the claimed late batch, and any claimed
+batch whose partial was never written, and writes the result again as a new revision
+(:func:`execute_late`).
 
 No Airflow import here: this file runs on a Spark driver.
 """
@@ -141,7 +145,7 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
     from airflow_iqp.spark.jobmetrics import StepMeter, backend_name
     from airflow_iqp.query.store import load_query
     from airflow_iqp.spark.steps import parquet_rows, run_final, write_atomic
-    from airflow_iqp.state import append_cost_history, atomic_write_json
+    from airflow_iqp.state import append_cost_history, atomic_write_json, read_json
 
     window_dir = Path(window_dir).absolute()
     if not window_dir.is_dir():
@@ -168,6 +172,7 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
         "wall_seconds": meter.wall_seconds, "cpu_seconds": meter.cpu_seconds, "task_seconds": meter.task_seconds,
         "backend": backend, "written_at": time.time(),
     }
+    manifest |= revisions(read_json(ws.result_manifest) if ws.result_manifest.is_file() else None, manifest)
     atomic_write_json(ws.result_manifest, manifest)
     if history and not tail:  # with a fused tail's batch in it, this is no merge's cost
         append_cost_history(ws.state_dir, query=query.id, kind="final", units=len(cover["units"]),
@@ -175,6 +180,45 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
                             cpu_seconds=meter.cpu_seconds, task_seconds=meter.task_seconds,
                             backend=backend, window=ws.window_id)
     return manifest
+
+
+def revisions(old: dict | None, new: dict) -> dict:
+    """``{"revision", "revisions"}`` of a result written again: a new revision when it covers
+    more units than the one before it (a late batch merged in), the same one when a retry
+    wrote it again. Each revision lists its batches and units and when it was written; the
+    first revision's time is what the deadline was about."""
+    if old is None:
+        return {"revision": 1, "revisions": [_revision(1, new)]}
+    before = old.get("revisions") or [_revision(1, old)]
+    number = old.get("revision", 1)
+    if sorted(old.get("units", [])) != sorted(new["units"]):
+        number += 1
+    return {"revision": number, "revisions": [r for r in before if r["revision"] < number] + [_revision(number, new)]}
+
+
+def _revision(number: int, manifest: dict) -> dict:
+    return {"revision": number, "batches": manifest["batches"], "units": manifest["units"],
+            "written_at": manifest["written_at"]}
+
+
+def execute_late(spark, query_id: str, window_dir: str | os.PathLike, late_batch: int, static_dir=None, *,
+                 history: bool = True) -> dict:
+    """Late data, merged (``late="merge"``): the late batch's claimed units into the window's result.
+
+    Every claimed batch without a written partial (a fused tail's last batch, merged
+    straight into the first revision) is computed from its claim and written, then the late
+    batch's partial, then the result again from all partials: a new revision
+    (:func:`revisions`). A retry skips the partials already written and recomputes none twice.
+    """
+    from airflow_iqp.spark.batch_job import execute_batch
+    from airflow_iqp.state import read_claims
+
+    ws = _window_state(Path(window_dir).absolute())
+    for batch, claim in read_claims(ws).items():
+        if claim.get("units") and not ws.partial_path(batch).is_dir():
+            execute_batch(spark, query_id, ws.claim_path(batch), static_dir, ws.partial_path(batch),
+                          history=history and batch == late_batch)
+    return execute_final(spark, query_id, ws.root, history=False)
 
 
 def _metrics(ws, batch: int) -> dict:
@@ -280,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tail", help="a fused tail: the last batch's plan entry (JSON); wait for its input, "
                                        "claim it, run it, then merge (run_tail)")
     parser.add_argument("--tail-slots", type=int, default=0, help="fused tails that run at once (0: no limit)")
+    parser.add_argument("--late", type=int, metavar="BATCH",
+                        help="late data: merge this claimed late batch into the result, a new revision (execute_late)")
     args = parser.parse_args(argv)
 
     from airflow_iqp.errors import IQPError
@@ -287,7 +333,9 @@ def main(argv: list[str] | None = None) -> int:
 
     spark = build_session(f"iqp-final-{args.query}-{Path(args.window_dir).name}")
     try:
-        if args.tail:
+        if args.late is not None:
+            manifest = execute_late(spark, args.query, args.window_dir, args.late, history=not args.no_history)
+        elif args.tail:
             manifest = run_tail(spark, args.query, args.window_dir, json.loads(args.tail), args.tail_slots,
                                 history=not args.no_history)
         else:

@@ -1,11 +1,14 @@
 """Own data end to end: a user's SQL over CSV files of the writer's own naming, with no
 ``units=``, through real Airflow processes and real spark-submit.
 
-Two consecutive windows of 60 s. A writer drops CSV files at a varying rate, each written
+Three consecutive windows of 60 s. A writer drops CSV files at a varying rate, each written
 under an in-flight name and renamed, next to ``.crc`` checksums and a ``_SUCCESS`` marker.
 The first window (12 files) is planned from the rate hint; the second gets 16 files, 30 %
-more than the history (the first window's 12) predicts. Each result must equal DuckDB over
-the window's files, meet its deadline, and every file be claimed exactly once.
+more than the history (the first window's 12) predicts, and 3 more files 8 s after its
+end, after its last claim; the third gets 10, fewer than predicted. Each first revision must
+equal DuckDB over the window's files, meet its deadline, and claim every file once. With
+``late="merge"`` the third window's run merges the second window's late files into its
+result: revision 2 equals DuckDB over all 19 files.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
 W = 60            # window length, s
 OFFSET = 75       # deadline after the window's end, s
-COUNTS = (12, 16)  # files in the two windows: the second 30 % more than the first
+COUNTS = (12, 16, 10)  # files in the windows: the second 30 % more than the first predicts
+LATE = 3          # files landing in the second window's directory after its last claim
+LATENESS = 15     # s after its end plus grace that the next run merges them
 DAG_ID = "iqp_events_csv"
 SQL = ("SELECT country, count(*) AS n, sum(amount) AS revenue, avg(qty) AS avg_qty, count(DISTINCT user_id) AS users "
        "FROM events WHERE amount IS NOT NULL GROUP BY country ORDER BY country")
@@ -54,8 +59,9 @@ def write_file(landing: Path, rng: random.Random) -> str:
     return name
 
 
-def writer(landing: Path, start: float, count: int, seed: int, out: list[str]) -> None:
-    """``count`` files through the window at a varying rate (a burst, a lull, a trickle)."""
+def writer(landing: Path, start: float, count: int, seed: int, out: list[str], late: list[str] | None = None) -> None:
+    """``count`` files through the window at a varying rate (a burst, a lull, a trickle);
+    with ``late``, :data:`LATE` more 8 s after the window's end."""
     rng = random.Random(seed)
     landing.mkdir(parents=True, exist_ok=True)
     offsets = sorted([rng.uniform(2, 12) for _ in range(count // 2)]
@@ -65,6 +71,9 @@ def writer(landing: Path, start: float, count: int, seed: int, out: list[str]) -
         out.append(write_file(landing, rng))
     time.sleep(max(0.0, start + W - 1 - time.time()))
     (landing / "_SUCCESS").write_text("")
+    if late is not None:
+        time.sleep(max(0.0, start + W + 8 - time.time()))
+        late.extend(write_file(landing, rng) for _ in range(LATE))
 
 
 @pytest.fixture(scope="module")
@@ -72,23 +81,27 @@ def run(tmp_path_factory):
     data = tmp_path_factory.mktemp("own_data")
     anchor = (int(time.time()) // 10) * 10 + 50
     env = {"IQP_DATA": str(data), "IQP_ANCHOR": datetime.fromtimestamp(anchor, timezone.utc).isoformat(),
-           "IQP_END": datetime.fromtimestamp(anchor + W + 1, timezone.utc).isoformat(),
+           "IQP_END": datetime.fromtimestamp(anchor + 2 * W + 1, timezone.utc).isoformat(),
            "IQP_WINDOW_S": str(W), "IQP_DEADLINE_S": str(OFFSET), "IQP_RATE": str(COUNTS[0] / W),
+           "IQP_LATE": "merge", "IQP_LATENESS_S": str(LATENESS),
            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
            "AIRFLOW__IQP__STATE_DIR": str(data / "state")}
-    starts = [anchor, anchor + W]
+    starts = [anchor, anchor + W, anchor + 2 * W]
     written: dict[float, list[str]] = {s: [] for s in starts}
-    out = {"data": data, "starts": starts, "written": written}
+    late: list[str] = []
+    out = {"data": data, "starts": starts, "written": written, "late": late}
     with airflow_env(ROOT / "tests" / "e2e" / "dags", extra_env=env) as af:
         af.wait_for_dag(DAG_ID)
         af.unpause(DAG_ID)
-        threads = [threading.Thread(target=writer, args=(data / "landing" / wid(s), s, n, i, written[s]))
+        threads = [threading.Thread(target=writer, args=(data / "landing" / wid(s), s, n, i, written[s],
+                                                         late if i == 1 else None))
                    for i, (s, n) in enumerate(zip(starts, COUNTS))]
         for t in threads:
             t.start()
         run_ids = [af.window_run(DAG_ID, s, timeout=W + 180) for s in starts]
-        out["runs"] = [af.wait_for_run(DAG_ID, r, timeout=2 * W + OFFSET + 300, expect_success=False)
+        out["runs"] = [af.wait_for_run(DAG_ID, r, timeout=3 * W + OFFSET + 300, expect_success=False)
                        for r in run_ids]
+        out["tis"] = [af.task_instances(DAG_ID, r) for r in run_ids]
         out["logs"] = af.logs_tail(80)
         for t in threads:
             t.join(timeout=W + 10)
@@ -96,35 +109,59 @@ def run(tmp_path_factory):
 
 
 def test_each_window_equals_duckdb_over_its_files_and_meets_its_deadline(run):
-    import duckdb
     import pyarrow.parquet as pq
 
     from airflow_iqp.state import WindowState, read_claims, read_json
 
-    assert [r["state"] for r in run["runs"]] == ["success", "success"], run["logs"]
-    for start, count in zip(run["starts"], COUNTS):
+    assert [r["state"] for r in run["runs"]] == ["success"] * 3, run["logs"]
+    for i, (start, count) in enumerate(zip(run["starts"], COUNTS)):
         names = run["written"][start]
         assert len(names) == count
         ws = WindowState(run["data"] / "state", "events_csv", wid(start))
         claims = read_claims(ws)
         units = [u for c in claims.values() for u in c["units"]]
-        assert len(units) == len(set(units)) and sorted(units) == sorted(names), "lost or counted twice"
-        report = read_json(ws.root / "report.json")
-        assert report["deadline_met"] and not report["partial"] and report["quarantined"] == []
-        files = [str(run["data"] / "landing" / wid(start) / n) for n in names]
-        con = duckdb.connect()
-        con.execute(f"CREATE VIEW events AS SELECT * FROM read_csv({files!r}, header = true)")
-        ref = con.execute(SQL).fetchall()
-        got = [tuple(r.values()) for r in pq.read_table(read_json(ws.result_manifest)["result"]).to_pylist()]
-        assert_same_rows(got, ref, ordered=True, label=ws.window_id)
+        everything = names + (run["late"] if i == 1 else [])
+        assert len(units) == len(set(units)) and sorted(units) == sorted(everything), "lost or counted twice"
+        report, manifest = read_json(ws.root / "report.json"), read_json(ws.result_manifest)
+        assert report["deadline_met"] and report["quarantined"] == []
+        first = manifest["revisions"][0]
+        assert sorted(first["units"]) == sorted(names) and first["written_at"] <= report["deadline_ts"]
+        assert report["finished_ts"] == first["written_at"]
+        got = [tuple(r.values()) for r in pq.read_table(manifest["result"]).to_pylist()]
+        assert_same_rows(got, duckdb_csv(run, start, everything), ordered=True, label=ws.window_id)
+        assert manifest["revision"] == (2 if i == 1 else 1) and not manifest["partial"]
+
+
+def duckdb_csv(run, start, names) -> list[tuple]:
+    import duckdb
+
+    files = [str(run["data"] / "landing" / wid(start) / n) for n in names]
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW events AS SELECT * FROM read_csv({files!r}, header = true)")
+    return con.execute(SQL).fetchall()
+
+
+def test_late_files_are_merged_by_the_next_run_as_a_second_revision(run):
+    from airflow_iqp.state import WindowState, read_json
+
+    assert len(run["late"]) == LATE
+    ws = WindowState(run["data"] / "state", "events_csv", wid(run["starts"][1]))
+    manifest, report = read_json(ws.result_manifest), read_json(ws.root / "report.json")
+    assert [r["revision"] for r in manifest["revisions"]] == [1, 2] == [r["revision"] for r in report["revisions"]]
+    assert sorted(set(manifest["revisions"][1]["units"]) - set(manifest["revisions"][0]["units"])) == sorted(run["late"])
+    late_tis = {t["task_id"]: t["state"] for t in run["tis"][2] if t["task_id"] in ("late_wait", "late")}
+    assert late_tis == {"late_wait": "success", "late": "success"}
+    # The first window had nothing late: the second run's late batch skipped.
+    assert {t["task_id"]: t["state"] for t in run["tis"][1] if t["task_id"] == "late"} == {"late": "skipped"}
 
 
 def test_the_second_window_is_planned_from_the_first_and_gets_30_percent_more(run):
     from airflow_iqp.state import WindowState, read_json
 
-    first, second = (read_json(WindowState(run["data"] / "state", "events_csv", wid(s)).root / "plan.json")
-                     for s in run["starts"])
+    first, second, third = (read_json(WindowState(run["data"] / "state", "events_csv", wid(s)).root / "plan.json")
+                            for s in run["starts"])
     assert "12 units expected (rate hint)" in first["models"]
     assert "12 units expected (median of 1 earlier windows)" in second["models"]
-    assert len(run["written"][run["starts"][1]]) == round(12 * 1.3) + 0
-    assert all(b.get("known_total") is False for b in second["batches"])
+    assert len(run["written"][run["starts"][1]]) == round(12 * 1.3)
+    assert "units expected (median of 2 earlier windows)" in third["models"]
+    assert all(b.get("known_total") is False for b in second["batches"] + third["batches"])

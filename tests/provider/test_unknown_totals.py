@@ -114,3 +114,26 @@ def test_thirty_percent_fewer_units_lose_nothing(tmp_path):
     claim_batch(last, START + 125)
     units = _claimed(c, wp)
     assert len(units) == len(set(units)) == 28
+
+
+def test_the_late_batch_of_the_window_before_fires_lateness_after_its_end_and_claims_what_is_left(tmp_path):
+    from airflow_iqp.runtime import late_entry
+
+    c = cfg(tmp_path, units=12, late="merge", lateness=15.0)
+    assert late_entry(c, START + 120, START + 240) is None                      # nothing planned before
+    wp = plan_window(c, START, START + 120, START + 150, now=START)
+    store_plan(wp)
+    assert late_entry(cfg(tmp_path, units=12), START + 120, START + 240) is None  # late="record"
+    entry = late_entry(c, START + 120, START + 240)
+    last = wp.batches[-1]
+    assert entry["late"] and entry["last"] and entry["index"] == last["index"] + 1
+    assert entry["window_id"] == wp.window_id and entry["ready_ts"] == START + 120 + 5 + 15
+    assert fire_at(entry) == entry["ready_ts"] and batch_ready(entry, entry["ready_ts"] - 1) is None
+    land(tmp_path / "landing", [f"w-{i}.csv" for i in range(12)], START + 50)
+    for b in wp.batches:
+        claim_batch(b, START + 121)
+    land(tmp_path / "landing", ["w-late-1.csv", "w-late-2.csv"], START + 130)
+    assert batch_ready(entry, entry["ready_ts"]) == "time"
+    assert sorted(claim_batch(entry)["units"]) == ["w-late-1.csv", "w-late-2.csv"]
+    with pytest.raises(ConfigError, match="'record' or 'merge'"):
+        cfg(tmp_path, late="drop")

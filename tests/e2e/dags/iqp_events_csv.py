@@ -20,6 +20,8 @@ dag = iqp_dag(
                               pattern="*.csv")},
     rate=float(os.environ.get("IQP_RATE", "0.2")),
     grace=float(os.environ.get("IQP_GRACE_S", "3")),
+    late=os.environ.get("IQP_LATE", "record"),
+    lateness=float(os.environ.get("IQP_LATENESS_S", "0")),
     window=timedelta(seconds=int(os.environ.get("IQP_WINDOW_S", "3600"))),
     deadline_offset=timedelta(seconds=int(os.environ.get("IQP_DEADLINE_S", "600"))),
     cost_hint={"kind": "linear", "per_unit": 0.1, "per_batch": 20},

@@ -1,0 +1,93 @@
+"""Late data merged as a new revision, and bad units quarantined, through the jobs' own
+functions (execute_batch, execute_tail, execute_late, execute_final) on a local session."""
+
+from __future__ import annotations
+
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.events import duckdb_events
+from tests.reference import assert_same_rows
+
+from airflow_iqp.errors import DataError
+from airflow_iqp.query import decompose
+from airflow_iqp.query.store import Saved, save_query
+from airflow_iqp.spark.batch_job import execute_batch
+from airflow_iqp.spark.final_job import execute_final, execute_late, execute_tail
+from airflow_iqp.state import WindowState, claim_units, read_json
+from airflow_iqp.streams import Stream, files_of, list_units
+
+pytestmark = pytest.mark.spark
+
+SQL = ("SELECT country, count(*) AS n, sum(amount) AS s, count(DISTINCT user_id) AS u FROM events "
+       "GROUP BY country ORDER BY country NULLS FIRST")
+
+
+def _window(tmp_path, events_dir, on_bad_unit="fail"):
+    landing = tmp_path / "landing"
+    shutil.copytree(events_dir / "events", landing)
+    saved = Saved(decompose(SQL, id="ev", streams=["events"]), (Stream("events", path=str(landing),
+                                                                       on_bad_unit=on_bad_unit),))
+    save_query(tmp_path / "state", saved)
+    return WindowState(tmp_path / "state", "ev", "w0"), saved, landing
+
+
+def _claim(ws, b, units, saved):
+    return claim_units(ws, b, [u.name for u in units], files_of(units, saved.streams))
+
+
+def _rows(ws):
+    return [tuple(r.values()) for r in pq.read_table(read_json(ws.result_manifest)["result"]).to_pylist()]
+
+
+def test_a_late_batch_is_merged_as_a_second_revision(spark, events_dir, tmp_path):
+    ws, saved, landing = _window(tmp_path, events_dir)
+    units = list_units(landing, saved.streams)
+    _claim(ws, 1, units[:2], saved)
+    execute_batch(spark, "ev", ws.claim_path(1), None, ws.partial_path(1))
+    _claim(ws, 2, units[2:4], saved)
+    first = execute_tail(spark, "ev", ws.root, 2, None)        # a fused tail: batch 2's partial is not written
+    assert first["revision"] == 1 and not ws.partial_path(2).exists()
+    assert_same_rows(_rows(ws), duckdb_events(SQL, events_dir, [u.path for u in units[:4]])[1], True, "revision 1")
+    _claim(ws, 3, units[4:], saved)                              # landed after the last claim
+    second = execute_late(spark, "ev", ws.root, 3)
+    assert second["revision"] == 2 and [r["revision"] for r in second["revisions"]] == [1, 2]
+    assert second["revisions"][0]["written_at"] == first["written_at"]
+    assert sorted(second["revisions"][0]["units"]) == sorted(u.name for u in units[:4])
+    assert sorted(second["revisions"][1]["units"]) == sorted(u.name for u in units)
+    assert_same_rows(_rows(ws), duckdb_events(SQL, events_dir)[1], True, "revision 2")
+    again = execute_late(spark, "ev", ws.root, 3)                # a retry: same units, same revision
+    assert again["revision"] == 2 and len(again["revisions"]) == 2
+
+
+def test_quarantined_units_are_left_out_named_and_the_result_is_partial(spark, events_dir, tmp_path):
+    ws, saved, landing = _window(tmp_path, events_dir, on_bad_unit="quarantine")
+    (landing / "part-002.parquet").write_bytes(b"PAR1 not parquet at all")
+    units = list_units(landing, saved.streams)
+    _claim(ws, 1, units[:3], saved)
+    _claim(ws, 2, units[3:], saved)
+    for b in (1, 2):
+        execute_batch(spark, "ev", ws.claim_path(b), None, ws.partial_path(b))
+    manifest = execute_final(spark, "ev", ws.root)
+    assert [(q["unit"], "not a readable parquet file" in q["reason"]) for q in manifest["quarantined"]] == [
+        ("part-002.parquet", True)]
+    good = [u.path for u in units if u.name != "part-002.parquet"]
+    assert_same_rows(_rows(ws), duckdb_events(SQL, events_dir, good)[1], True, "quarantine")
+
+
+def test_fail_mode_stops_the_batch_naming_the_file_and_a_rerun_reads_the_same_claim(spark, events_dir, tmp_path):
+    ws, saved, landing = _window(tmp_path, events_dir)
+    good = landing / "part-001.parquet"
+    backup = tmp_path / "good.parquet"
+    shutil.copy(good, backup)
+    pq.write_table(pq.read_table(good).drop_columns(["amount"]), good)   # a wrong-schema file
+    units = list_units(landing, saved.streams)
+    _claim(ws, 1, units, saved)
+    with pytest.raises(DataError, match=r"part-001\.parquet: wrong schema for stream events: column amount is missing"):
+        execute_batch(spark, "ev", ws.claim_path(1), None, ws.partial_path(1))
+    shutil.copy(backup, good)                                             # the file is replaced
+    execute_batch(spark, "ev", ws.claim_path(1), None, ws.partial_path(1))
+    execute_final(spark, "ev", ws.root, expect_units=len(units))
+    assert_same_rows(_rows(ws), duckdb_events(SQL, events_dir)[1], True, "rerun")
