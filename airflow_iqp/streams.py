@@ -122,6 +122,13 @@ class Unit:
     def __fspath__(self) -> str:
         return self.path
 
+    def __str__(self) -> str:
+        return self.path
+
+    def __truediv__(self, name: str) -> Path:
+        """A file in a directory unit, as with a :class:`~pathlib.Path`."""
+        return Path(self.path) / name
+
 
 #: The TPC-H layout of ``airflow-iqp tpch``: each unit a directory with orders.parquet and lineitem.parquet.
 TPCH = (Stream("orders", unit="dir"), Stream("lineitem", unit="dir"))
