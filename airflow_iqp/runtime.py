@@ -177,27 +177,35 @@ def observed_offsets(cfg: QueryConfig) -> list[float] | None:
 HISTORY_WINDOWS = 24
 
 
-def observed_counts(cfg: QueryConfig) -> list[int]:
-    """How many units each earlier window of the query received, newest first."""
+def observed_counts(cfg: QueryConfig, before: float | None = None) -> list[int]:
+    """How many units each earlier window of the query received, newest first: its recorded
+    arrivals, or, for a window that has ended but whose final step has not recorded them yet
+    (the window just before this one, while its last batch runs), the units in its landing
+    directory now. ``before``: only windows that ended by then."""
     root = Path(cfg.state_dir) / cfg.query.lower()
     if not root.is_dir():
         return []
     counts = []
     for wdir in sorted((p for p in root.iterdir() if p.is_dir()), reverse=True):
-        f = wdir / "arrivals.json"
-        if f.is_file():
-            counts.append(len(read_json(f).get("units") or []))
+        arrivals, plan = wdir / "arrivals.json", wdir / "plan.json"
+        if arrivals.is_file():
+            counts.append(len(read_json(arrivals).get("units") or []))
+        elif plan.is_file() and before is not None:
+            doc = read_json(plan)
+            if doc["batches"] and doc["window_end"] <= before and not doc.get("backfill"):
+                entry = doc["batches"][0]
+                counts.append(len(list_ready_units(entry["landing"], streams_of(entry))))
         if len(counts) == HISTORY_WINDOWS:
             break
     return counts
 
 
-def expected_units(cfg: QueryConfig, window_len: float) -> tuple[int, str]:
+def expected_units(cfg: QueryConfig, window_len: float, now: float | None = None) -> tuple[int, str]:
     """Units expected in a window, and whence: ``units=``, else the median of earlier
     windows' observed counts, else the ``rate`` hint over the window."""
     if cfg.units is not None:
         return cfg.units, "units"
-    counts = [c for c in observed_counts(cfg) if c > 0]
+    counts = [c for c in observed_counts(cfg, now) if c > 0]
     if counts:
         return max(1, round(statistics.median(counts))), f"median of {len(counts)} earlier windows"
     if cfg.rate:
@@ -319,7 +327,7 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
         backfill, estimate = now >= window_end and arrived >= cfg.units, ""
     else:  # a total that is not known: estimated, and checked at every batch (replan)
         backfill = now >= window_end + cfg.grace and arrived > 0
-        total, source = (arrived, "the units present") if backfill else expected_units(cfg, length)
+        total, source = (arrived, "the units present") if backfill else expected_units(cfg, length, now)
         cfg = replace(cfg, units=total)
         estimate = f"; {total} units expected ({source})"
     if cfg.ahead and not cfg.ahead < deadline - window_end:
@@ -587,6 +595,10 @@ def batch_ready(batch: dict, now: float, arrived: int | None = None) -> str | No
     batch = effective(batch)
     if now < batch.get("turn_ts", 0.0):
         return None
+    if batch.get("late"):  # after its time, and once the window's first revision is written
+        written = batch_state(batch).result_manifest.exists()
+        due = now >= fire_at(batch) and (written or now >= batch["deadline_ts"] + batch.get("lateness", 0.0))
+        return "time" if due else None
     if batch.get("skip"):  # the re-plan gave it nothing: it passes once the one before it claimed
         return "skip" if _previous_decided(batch) else ("time" if now >= fire_at(batch) else None)
     if now >= fire_at(batch):
@@ -918,8 +930,9 @@ def late_entry(cfg: QueryConfig, window_start: float, window_end: float) -> dict
     """With ``late="merge"``: the late batch of the window before this one, for this run to
     merge into its result, or None (no earlier window planned, or late data only recorded).
 
-    It fires ``lateness`` seconds after that window's end plus ``grace`` and claims every
-    unit of it that no batch has claimed; :func:`airflow_iqp.spark.final_job.execute_late`
+    It fires ``lateness`` seconds after that window's end plus ``grace``, once that window's
+    result (its first revision) is written, or at its deadline plus ``lateness`` if none ever
+    is, and claims every unit of it that no batch has claimed; :func:`airflow_iqp.spark.final_job.execute_late`
     merges them as a new revision. It runs in the next window's run, so the earlier run
     is over by its deadline and its deadline alert says only whether the first revision
     was on time.
@@ -937,7 +950,7 @@ def late_entry(cfg: QueryConfig, window_start: float, window_end: float) -> dict
     at = doc["window_end"] + last.get("grace", cfg.grace) + cfg.lateness
     entry = {k: v for k, v in last.items() if k not in ("known_total", "spare", "skip", "turn_ts", "max_units")}
     return {**entry, "index": last["index"] + 1, "of": last["index"] + 1, "last": True, "late": True,
-            "ready_ts": at, "latest_start_ts": at, "window_start_ts": doc["window_start"],
+            "ready_ts": at, "latest_start_ts": at, "window_start_ts": doc["window_start"], "lateness": cfg.lateness,
             "label": f"late data of window {previous.window_id} · ready {clock(at)}"}
 
 

@@ -107,7 +107,8 @@ class BatchPlanOperator(BaseOperator):
         path = store_plan(wp)
         context["ti"].xcom_push(key="plan", value=wp.to_dict())
         # The window before this one: its late batch, merged by this run (late="merge").
-        context["ti"].xcom_push(key="late", value=late_entry(cfg, start.timestamp(), end.timestamp()))
+        # (An empty dict, not None, when there is none: an XComArg must resolve to a value.)
+        context["ti"].xcom_push(key="late", value=late_entry(cfg, start.timestamp(), end.timestamp()) or {})
         if not wp.plan.feasible and not wp.backfill:
             context["iqp_plan"] = wp.to_dict()
             context["iqp_record"] = str(WindowState(cfg.state_dir, cfg.query, wp.window_id).root / "deadline_risk.json")

@@ -55,7 +55,7 @@ class BatchReadySensor(BaseSensorOperator):
         return self._due(as_batch(self.batch)) is not None
 
     def execute(self, context) -> Any:
-        if self.batch is None:  # e.g. no late batch: the window before this one was never planned
+        if not self.batch:  # e.g. no late batch: the window before this one was never planned
             raise AirflowSkipException("no batch to wait for")
         batch = as_batch(self.batch)
         if not self.claim and "start_ts" not in batch:

@@ -102,7 +102,10 @@ def run(tmp_path_factory):
         out["runs"] = [af.wait_for_run(DAG_ID, r, timeout=3 * W + OFFSET + 300, expect_success=False)
                        for r in run_ids]
         out["tis"] = [af.task_instances(DAG_ID, r) for r in run_ids]
-        out["logs"] = af.logs_tail(80)
+        out["logs"] = "\n".join(  # what failed, in the assertion message
+            f"--- {r} {t['task_id']}[{t['map_index']}] ---\n"
+            + af.task_log(DAG_ID, r, t["task_id"], max(1, t["try_number"]), t["map_index"])[-3000:]
+            for r, tis in zip(run_ids, out["tis"]) for t in tis if t["state"] == "failed")
         for t in threads:
             t.join(timeout=W + 10)
     return out

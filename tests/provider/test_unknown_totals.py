@@ -133,7 +133,22 @@ def test_the_late_batch_of_the_window_before_fires_lateness_after_its_end_and_cl
     for b in wp.batches:
         claim_batch(b, START + 121)
     land(tmp_path / "landing", ["w-late-1.csv", "w-late-2.csv"], START + 130)
+    # Not before the window's first revision is written (its final step may still run) ...
+    assert batch_ready(entry, entry["ready_ts"]) is None
+    assert batch_ready(entry, entry["deadline_ts"] + 15) == "time"   # ... unless it never is
+    atomic_write_json(WindowState(c.state_dir, "rev", wp.window_id).result_manifest, {"units": []})
     assert batch_ready(entry, entry["ready_ts"]) == "time"
     assert sorted(claim_batch(entry)["units"]) == ["w-late-1.csv", "w-late-2.csv"]
     with pytest.raises(ConfigError, match="'record' or 'merge'"):
         cfg(tmp_path, late="drop")
+
+
+def test_the_window_that_just_ended_counts_by_its_landed_units_until_its_arrivals_are_recorded(tmp_path):
+    c = cfg(tmp_path)
+    first = plan_window(c, START, START + 120, START + 150, now=START)
+    store_plan(first)
+    land(tmp_path / "landing", [f"w-{i}.csv" for i in range(17)], START + 60)
+    # The next window is planned as it opens, while the first one's last batch still runs.
+    second = plan_window(c, START + 120, START + 240, START + 270, now=START + 120.5)
+    assert "17 units expected (median of 1 earlier windows)" in second.models
+    assert "rate hint" in plan_window(c, START + 120, START + 240, START + 270, now=START + 119).models
