@@ -30,8 +30,8 @@ from airflow_iqp.planning.models import (
 from airflow_iqp.planning.planner import IDLE, Plan, build_plan, executed, plan_batches
 from airflow_iqp.streams import TPCH, Stream, files_of
 from airflow_iqp.state import (
-    WindowState, atomic_write_json, claim_units, count_landed, list_ready_units, read_claims, read_cost_history,
-    read_json,
+    WindowState, atomic_write_json, claim_units, count_landed, list_ready_units, note_seen, read_claims,
+    read_cost_history, read_json,
 )
 
 #: What a unit's files are; a unit is complete when both exist.
@@ -612,7 +612,9 @@ def batch_ready(batch: dict, now: float, arrived: int | None = None) -> str | No
         # server: one directory listing (0.2 ms) first.
         if count_landed(batch["landing"]) < needed:
             return None
-        arrived = len(list_ready_units(batch["landing"], streams_of(batch)))
+        listed = list_ready_units(batch["landing"], streams_of(batch))
+        note_seen(batch_state(batch), [u.name for u in listed], now)
+        arrived = len(listed)
     if arrived < needed:
         return None
     if not _previous_decided(batch):
@@ -913,14 +915,16 @@ def claim_batch(batch: dict, now: float | None = None) -> dict:
         return claim_units(ws, batch["index"], [], [])
     taken = {u for m in read_claims(ws).values() for u in m.get("units", [])}
     streams = streams_of(batch)
-    units = [p for p in list_ready_units(batch["landing"], streams) if p.name not in taken]
+    listed = list_ready_units(batch["landing"], streams)
+    seen = note_seen(ws, [u.name for u in listed], now)
+    units = [p for p in listed if p.name not in taken]
     if batch.get("max_units") is not None:  # a MinBatch takes its size, oldest units first
         units = units[: batch["max_units"]]
     if batch.get("known_total") is False and not batch["last"]:
         run_now, _doc = replan(batch, len(taken), len(units), time.time() if now is None else now)
         if not run_now:
             units = []
-    return claim_units(ws, batch["index"], [p.name for p in units], files_of(units, streams))
+    return claim_units(ws, batch["index"], [p.name for p in units], files_of(units, streams), arrived=seen)
 
 
 # -------------------------------------------------------------------- late data
@@ -960,15 +964,17 @@ def late_units(batch_or_cfg: dict, window_start: float) -> dict:
     taken = {u for m in read_claims(ws).values() for u in m.get("units", [])}
     streams = streams_of(batch_or_cfg)
     late = [p for p in list_ready_units(batch_or_cfg["landing"], streams) if p.name not in taken]
+    seen = note_seen(ws, [p.name for p in late])
     return {"units": [p.name for p in late], "files": files_of(late, streams),
-            "arrival_times": [p.mtime for p in late]}
+            "arrival_times": [seen[p.name] for p in late]}
 
 
 def record_arrivals(batch_or_cfg: dict, window_start: float) -> Path:
     """Observed arrival offsets of the window's units, for the next window's plan."""
     ws = WindowState(batch_or_cfg["state_dir"], batch_or_cfg["query"], window_id(window_start))
     units = list_ready_units(batch_or_cfg["landing"], streams_of(batch_or_cfg))
-    offsets = sorted(max(0.0, p.mtime - window_start) for p in units)
+    seen = note_seen(ws, [p.name for p in units])
+    offsets = sorted(max(0.0, seen[p.name] - window_start) for p in units)
     return atomic_write_json(ws.root / "arrivals.json", {"offsets": offsets, "units": [p.name for p in units]})
 
 

@@ -219,7 +219,28 @@ def read_claims(ws: WindowState) -> dict[int, dict]:
     return dict(sorted(out.items()))
 
 
-def claim_units(ws: WindowState, batch: int, units: Iterable[str | int], files: Iterable[str]) -> dict:
+SEEN = "seen.json"
+
+
+def note_seen(ws: WindowState, names: Iterable[str], now: float | None = None) -> dict[str, float]:
+    """When the provider first saw each unit of a window: ``{name: epoch seconds}`` in
+    ``STATE/<query>/<window>/seen.json``, the names not in it yet added as seen ``now``.
+    A unit's arrival time is this, not its file's modification time (which a writer or an
+    object store sets as it likes)."""
+    now = time.time() if now is None else now
+    path = ws.root / SEEN
+    ws.root.mkdir(parents=True, exist_ok=True)
+    with locked(ws.root, ".seen.lock"):
+        seen = read_json(path) if path.is_file() else {}
+        new = {str(n): now for n in names if str(n) not in seen}
+        if new:
+            seen.update(new)
+            atomic_write_json(path, seen)
+    return seen
+
+
+def claim_units(ws: WindowState, batch: int, units: Iterable[str | int], files: Iterable[str],
+                arrived: dict[str, float] | None = None) -> dict:
     """Claim input units (and their files) for one batch of one window; return the manifest.
 
     The single claim function. Under an exclusive lock on the window's claims directory:
@@ -256,6 +277,8 @@ def claim_units(ws: WindowState, batch: int, units: Iterable[str | int], files: 
                     f"batch {other}; batch {batch} cannot claim it"
                 )
         manifest = {"batch": batch, "units": units, "files": files, "claimed_at": time.time()}
+        if arrived is not None:  # when the provider first saw each unit (note_seen)
+            manifest["arrived"] = {u: arrived[u] for u in units if u in arrived}
         atomic_write_json(path, manifest)
         return manifest
 

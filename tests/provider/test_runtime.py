@@ -9,7 +9,7 @@ from airflow_iqp.runtime import (
     LAST_UNIT_GRACE_S, QueryConfig, batch_ready, claim_batch, fire_at, late_units, plan_window, window_id,
 )
 from airflow_iqp.state import (
-    WindowState, append_cost_fit, append_cost_history, atomic_write_json, claim_units, read_claims,
+    WindowState, append_cost_fit, append_cost_history, atomic_write_json, claim_units, note_seen, read_claims,
 )
 
 START = 1_800_000_000.0  # a window start, Unix seconds
@@ -116,15 +116,18 @@ def test_claims_take_every_arrived_unit_once_and_late_units_are_recorded(tmp_pat
     wp = plan_window(c, START, START + 240, START + 340, now=START)
     land(landing, 70)
     (landing / ".000070.tmp").mkdir()           # half-published: invisible
-    m1 = claim_batch(wp.batches[0])
+    m1 = claim_batch(wp.batches[0], now=START + 70)
     assert len(m1["units"]) == 70 and len(m1["files"]) == 140
+    assert set(m1["arrived"].values()) == {START + 70}   # when the provider first saw them
     assert claim_batch(wp.batches[0]) == m1   # a retry re-reads its claim
     land(landing, 100, first=70)
     m2 = claim_batch(wp.batches[1])
     assert m2["units"][0] == "000070" and len(m2["units"]) == 100
     m3 = claim_batch(wp.batches[2])
     assert len(m3["units"]) == 0                        # nothing new: the batch will skip
-    land(landing, 3, first=170, mtime=START + 400)
+    land(landing, 3, first=170, mtime=START - 999)      # a writer's mtime is not when they arrived
+    ws = WindowState(c.state_dir, "cq2", wp.window_id)
+    note_seen(ws, ["000170", "000171", "000172"], START + 400)
     late = late_units(wp.batches[0], START)
     assert late["units"] == ["000170", "000171", "000172"] and late["arrival_times"] == [START + 400] * 3
     ws = WindowState(c.state_dir, "cq2", wp.window_id)
