@@ -12,6 +12,7 @@ every example.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -119,13 +120,19 @@ def one_pass(spark, sql: str, data: Path, units: list[Path]):
     return spark.sql(sql)
 
 
+def duckdb_text(sql: str) -> str:
+    """The same query in DuckDB's words where the engines differ: Spark's COUNT_IF counts
+    TRUE values (0 when the predicate is NULL on every row); DuckDB's is NULL there."""
+    return re.sub(r"count_if\(([^()]*)\)", r"count(*) FILTER (WHERE \1)", sql)
+
+
 def check_query(spark, sql: str, data: Path, out: Path, ks=(1, 2, 3, 6)) -> None:
     query = decompose(sql, id="prop", streams=["events"], static=["categories"],
                       schemas={"events": EVENT_COLUMNS, "categories": {"cat_id": "INT", "cat_name": "STRING",
                                                                         "weight": "DOUBLE"}})
     saved = _saved(query, data)
     units = list_units(data / "events", saved.streams)
-    cols, ref = duckdb_events(sql, data)
+    cols, ref = duckdb_events(duckdb_text(sql), data)
     # Names and types (not nullability: a key read back from a partial's parquet is nullable).
     want = one_pass(spark, sql, data, units).schema.simpleString()
     for k in ks:
@@ -135,8 +142,10 @@ def check_query(spark, sql: str, data: Path, out: Path, ks=(1, 2, 3, 6)) -> None
         assert_same_rows([tuple(r) for r in result.collect()], ref, query.ordered, f"{sql}\nk={k}")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                 HealthCheck.too_slow])
+# derandomize: every run checks the same 25 queries, so CI is repeatable; change the
+# grammar or the seed of the data to explore others.
+@settings(max_examples=25, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(sql=queries())
 def test_random_queries_equal_duckdb_at_every_batch_count(sql, spark, events_dir, tmp_path_factory):
     check_query(spark, sql, events_dir, tmp_path_factory.mktemp("prop"))
@@ -151,6 +160,8 @@ def test_random_queries_equal_duckdb_at_every_batch_count(sql, spark, events_dir
     "WITH t AS (SELECT cat_name, count(*) AS n FROM events e LEFT JOIN categories c ON e.cat_id = c.cat_id "
     "GROUP BY cat_name) SELECT cat_name, n, rank() OVER (ORDER BY n DESC, cat_name ASC NULLS FIRST) AS r FROM t "
     "ORDER BY r",
+    # COUNT_IF over a group where the predicate is NULL on every row: 0, as Spark counts it.
+    "SELECT country AS k0, qty % 3 AS k1, count_if(qty > 3) AS a0 FROM events e GROUP BY country, qty % 3",
     # GROUP BY an ordinal and an alias; large and small values in one variance (Welford's merge).
     "SELECT upper(country) AS cc, qty % 2, var_samp(amount) AS v, stddev_pop(amount) AS s FROM events "
     "GROUP BY cc, 2 ORDER BY cc NULLS FIRST, 2 NULLS FIRST",
