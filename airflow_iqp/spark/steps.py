@@ -197,19 +197,6 @@ def inspect_files(files: Sequence[str], saved: Saved, record_dir: str | os.PathL
     return Inspection(good, list(bad.values()), columns)
 
 
-def check_input_files(files: Iterable[str], streams: Sequence[Stream] = TPCH,
-                      read: Sequence[str] | None = None) -> list[FileInfo]:
-    """:func:`check_input_file` for every file of the streams named in ``read`` (all if None),
-    against each stream's declared (or TPC-H) schema."""
-    out = []
-    for f in files:
-        s = stream_of(f, streams)
-        if read is None or s.name in read:
-            declared = dict(SCHEMAS[s.name]) if _is_tpch(s) else ddl_columns(s.schema) if s.schema else None
-            out.append(check_input_file(str(f), s, declared))
-    return out
-
-
 def read_stream(spark, stream: Stream, files: Sequence[str], columns: Mapping[str, str] | None = None):
     """A DataFrame of one stream's files: with the TPC-H stream's schema, the declared one,
     or (csv, json) ``columns``, those the files were checked against; parquet and orc
