@@ -344,7 +344,7 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
         # none back, so a batch planned across another query's turn would wait for a gap.
         busy = Busy(whole=True)
         for off, q in before:
-            other, _m = _plan(replace(cfg, query=q, shares={}), length, window_end - window_start + off, False, 0.0,
+            other, *_ = _plan(replace(cfg, query=q, shares={}), length, window_end - window_start + off, False, 0.0,
                               busy)
             busy = busy.plus(executed(other, busy))
         shared = (f"; planned after {', '.join(q for _o, q in before)} on the same cluster "
@@ -352,14 +352,13 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
     # Queries due earlier have the cluster for ``ahead`` seconds after the window's end: this
     # window's work after its end gets what is left of the deadline.
     rel_deadline = deadline - window_start - cfg.ahead
-    plan, models = _plan(cfg, length, rel_deadline, backfill, now - window_start, busy)
+    plan, models, cost, agg = _plan(cfg, length, rel_deadline, backfill, now - window_start, busy)
     models += shared + estimate
     batches = batch_entries(cfg, plan, window_start, window_end, deadline, backfill, known or backfill)
     if cfg.mode == "dynamic" and not backfill:
         batches = _dynamic_entries(cfg, batches)
     elif not known and not backfill and cfg.mode == "plan":
         batches = _checkpoint_entries(batches, window_start, window_end)
-    cost, agg, _source = cost_models(cfg)
     return WindowPlan(query=cfg.query, state_dir=cfg.state_dir, window_id=window_id(window_start),
                       window_start=window_start,
                       window_end=window_end, deadline=deadline, planned_at=now, plan=plan, batches=batches,
@@ -397,9 +396,9 @@ def _checkpoint_entries(entries: list[dict], window_start: float, window_end: fl
 
 
 def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, rel_now: float,
-          busy) -> tuple[Plan, str]:
+          busy) -> tuple[Plan, str, CostModel, FinalAggCost]:
     """One query's plan on the window's axis (0 = its start), in the executor time ``busy``
-    leaves; and where its models came from."""
+    leaves; where its models came from; and the models."""
     cost, agg, models = cost_models(cfg)
     offsets = (observed_offsets(cfg) if cfg.arrival == "observed" else None) or arrival_offsets_hint(cfg, length)
     arrival = EmpiricalArrival(tuple(min(o, length) for o in offsets))
@@ -443,7 +442,7 @@ def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, 
             plan.extra.update(sized.extra)
         if not plan.feasible:
             plan = planned(rel_deadline)
-    return plan, models
+    return plan, models, cost, agg
 
 
 def _minbatch_plan(cfg, arrival, cost, agg, length, rel_deadline, busy) -> Plan:
