@@ -320,7 +320,7 @@ def _deadlines(ctx, window_end: float, frac: float, backend: str) -> dict:
 
 def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = False) -> dict:
     """One run of this project through Airflow; a ``reference`` run is the one-batch run that measures D."""
-    from airflow_iqp.local_airflow import airflow_env
+    from iqp_dev.local_airflow import airflow_env
 
     run_dir = ctx["work"] / name
     landing, state = run_dir / "landing", run_dir / "state"

@@ -2,4 +2,4 @@
 # The main job: sets up .venv on a fresh machine, then runs the demo.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
-exec python -m airflow_iqp.demo "$@"
+exec python -m iqp_dev.demo "$@"

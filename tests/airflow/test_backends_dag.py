@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from tests.reference import assert_same_rows, duckdb_reference  # noqa: E402
 
-from airflow_iqp.local_airflow import free_port  # noqa: E402
+from iqp_dev.local_airflow import free_port  # noqa: E402
 
 pytestmark = pytest.mark.airflow
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from airflow_iqp.local_airflow import airflow_env  # noqa: E402
+from iqp_dev.local_airflow import airflow_env  # noqa: E402
 
 pytestmark = pytest.mark.airflow
 

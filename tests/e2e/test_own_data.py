@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-from airflow_iqp.local_airflow import airflow_env  # noqa: E402
+from iqp_dev.local_airflow import airflow_env  # noqa: E402
 from tests.reference import assert_same_rows  # noqa: E402
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]

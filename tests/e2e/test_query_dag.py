@@ -26,7 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from airflow_iqp.local_airflow import airflow_env  # noqa: E402
+from iqp_dev.local_airflow import airflow_env  # noqa: E402
 from tests.reference import assert_same_rows, duckdb_reference  # noqa: E402
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]

@@ -18,7 +18,7 @@ import pytest
 
 from tests.reference import assert_same_rows, duckdb_reference
 
-from airflow_iqp.local_airflow import free_port
+from iqp_dev.local_airflow import free_port
 from airflow_iqp.runtime import QueryConfig, cost_models
 from airflow_iqp.spark.batch_job import execute_batch
 from airflow_iqp.spark.calibrate import calibrate, default_sizes

@@ -7,7 +7,7 @@ processes) on ``dags/``, and lets the ``iqp_cq2`` DAG run one 2-minute window wh
 ``spark-submit`` on ``local[*]``. At the end it prints the plan against what actually
 ran, the result table, and where the Gantt chart of the run was written.
 
-    python -m airflow_iqp.demo [--out var/demo] [--window 120] [--keep-home]
+    python -m iqp_dev.demo [--out var/demo] [--window 120] [--keep-home]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _iso_ts(value: str | None) -> float | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m airflow_iqp.demo", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m iqp_dev.demo", description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "var" / "demo", help="working directory (wiped)")
     ap.add_argument("--window", type=int, default=120, help="window length in seconds (1 unit arrives per second)")
     ap.add_argument("--deadline", type=int, default=80, help="seconds after the window end the result is due")
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from airflow_iqp.inputs.tpch import generate
-    from airflow_iqp.local_airflow import airflow_env
+    from iqp_dev.local_airflow import airflow_env
     from airflow_iqp.state import WindowState, read_json
 
     out = args.out.resolve()

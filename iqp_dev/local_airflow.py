@@ -8,7 +8,7 @@ api-server as real processes (each in its own process group), waits until the ap
 
 It is a plain module (no pytest fixtures) so any test or conftest can use it::
 
-    from airflow_iqp.local_airflow import airflow_env
+    from iqp_dev.local_airflow import airflow_env
 
     with airflow_env(dags_folder) as af:
         af.wait_for_dag("my_dag")
