@@ -45,7 +45,7 @@ from airflow_iqp.streams import as_streams, ddl_columns, landing_of
 from airflow_iqp.operators.final import FinalAggregationOperator
 from airflow_iqp.operators.plan import BatchPlanOperator
 from airflow_iqp.operators.submit import BatchSubmitOperator
-from airflow_iqp.runtime import BACKENDS
+from airflow_iqp.window.config import BACKENDS
 from airflow_iqp.sensors.ready import BatchReadySensor
 from airflow_iqp.timetables.window import WindowTimetable
 
@@ -112,7 +112,7 @@ def iqp_dag(*, window: dt.timedelta, deadline_offset: dt.timedelta, units: int |
     :param fuse_tail: run the last batch inside the final task, started ``tail_lead`` seconds
         before the window's end; batches ready after it starts run in it too.
     :param tail_lead: seconds before the window's end that the final task starts (default
-        ``runtime.tail_lead(backend)``: 5 s, 15 s on spark-submit, whose job starts a JVM; 0
+        ``airflow_iqp.window.readiness.tail_lead(backend)``: 5 s, 15 s on spark-submit, whose job starts a JVM; 0
         starts it at the window's end). Longer leads take batches near the end off Airflow's
         task starts, at the price of a worker slot held meanwhile.
     :param tail_slots: with fused tails, how many of the state directory's final tasks' batches

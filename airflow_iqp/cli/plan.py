@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from airflow_iqp.cli import read_input
+from airflow_iqp.planning.report import format_plan
 from airflow_iqp.planning.spec import METHODS
 
 
@@ -41,19 +42,3 @@ def run(args) -> int:
         if not args.json:
             print(f"Gantt chart written to {args.gantt}")
     return 0
-
-
-def format_plan(plan, fmt_time=lambda t: f"{t:g}") -> str:
-    """The plan as a table. ``fmt_time`` renders a time (the Airflow layer passes clock times)."""
-    rows = [("batch", "units", "cumulative", "ready", "latest start", "cost s")]
-    for b in plan.batches:
-        rows.append((f"{b.index}/{len(plan.batches)}", str(b.units), str(b.cumulative), fmt_time(b.ready),
-                     fmt_time(b.latest_start), f"{b.cost:.3g}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    status = "meets the deadline" if plan.feasible else f"MISSES the deadline: {plan.reason}"
-    lines.append("")
-    lines.append(f"final aggregation {plan.final_agg_cost:.3g} s; total cost {plan.total_cost:.3g} s; "
-                 f"slack {plan.slack:.3g} s; deadline {fmt_time(plan.deadline)}; {status}")
-    return "\n".join(lines)

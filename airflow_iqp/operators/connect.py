@@ -18,7 +18,7 @@ from airflow.providers.apache.spark.operators.spark_pyspark import PySparkOperat
 from airflow_iqp import config
 from airflow_iqp.operators.final import _FinalTask
 from airflow_iqp.operators.submit import _BatchTask
-from airflow_iqp.runtime import as_batch
+from airflow_iqp.window.batch import Batch
 
 #: Opening a session on a warm server and a small batch take about a second here.
 CONNECT_OVERHEAD_S = 15.0
@@ -26,11 +26,12 @@ CONNECT_OVERHEAD_S = 15.0
 
 def run_batch_in_session(batch: dict, slots: int = 0, spark=None) -> dict:
     """One planned batch on ``spark`` (the callable of :class:`BatchConnectOperator`), in its
-    turn on the server (:func:`~airflow_iqp.runtime.cluster_turn`, ``slots`` at once)."""
-    from airflow_iqp.runtime import cluster_turn
+    turn on the server (:func:`~airflow_iqp.coordination.cluster_turn`, ``slots`` at once)."""
     from airflow_iqp.spark.batch_job import execute_planned_batch
+    from airflow_iqp.window.tail import load, turn
 
-    with cluster_turn(batch, slots):
+    batch = load(batch)
+    with turn(batch, slots):
         return execute_planned_batch(spark, batch)
 
 
@@ -54,7 +55,7 @@ class BatchConnectOperator(_BatchTask, PySparkOperator):
     :param batch: one entry of the plan task's output (mapped).
     :param conn_id: a ``spark_connect`` connection (default ``[iqp] spark_connect_conn_id``).
     :param slots: batches of the state directory's queries that the server runs at once,
-        earliest deadline first (:func:`~airflow_iqp.runtime.cluster_turn`); 0, the
+        earliest deadline first (:func:`~airflow_iqp.coordination.cluster_turn`); 0, the
         default, is no limit.
     """
 
@@ -70,8 +71,8 @@ class BatchConnectOperator(_BatchTask, PySparkOperator):
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
-        batch = as_batch(self.batch)
-        self.op_kwargs = {"batch": batch, "slots": self.slots}
+        batch = Batch.from_dict(self.batch)
+        self.op_kwargs = {"batch": batch.to_dict(), "slots": self.slots}
         self.execution_timeout = self._batch_timeout(batch)
 
     def execute(self, context) -> Any:
@@ -99,7 +100,7 @@ class FinalConnectOperator(_FinalTask, PySparkOperator):
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
         self.op_kwargs = {"query": self.query, "window_dir": str(self._window(context).root),
-                          "tail": as_batch(self.tail) if self.tail else None, "tail_slots": self.tail_slots,
+                          "tail": Batch.from_dict(self.tail).to_dict() if self.tail else None, "tail_slots": self.tail_slots,
                           "late": self._late_index()}
 
     def execute(self, context) -> Any:

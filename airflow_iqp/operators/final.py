@@ -16,9 +16,9 @@ from airflow.sdk import Asset, TriggerRule
 
 from airflow_iqp import config
 from airflow_iqp.operators.submit import _IQPSparkSubmit
-from airflow_iqp.runtime import (
-    as_batch, batch_state, late_units, record_arrivals, record_task_cpu, window_id, window_task_cpu,
-)
+from airflow_iqp.window.accounting import late_units, record_arrivals, record_task_cpu, window_task_cpu
+from airflow_iqp.window.batch import Batch, batches_from
+from airflow_iqp.window.config import window_id
 from airflow_iqp.state import WindowState, atomic_write_json, read_claims, read_json
 
 
@@ -47,7 +47,7 @@ class _FinalTask:
         self.state_dir = state_dir or config.state_dir()
 
     def _late_index(self) -> int | None:
-        return as_batch(self.late)["index"] if self.late else None
+        return Batch.from_dict(self.late).index if self.late else None
 
     def _after(self, context) -> dict:
         return self._after_late(context) if self.late else self._after_final(context, self._window(context))
@@ -55,10 +55,10 @@ class _FinalTask:
     def _after_late(self, context) -> dict:
         """After a late merge: the earlier window's manifest and report say what the new
         revision covers; its first revision's time, which its deadline was about, stays."""
-        entry = as_batch(self.late)
-        ws = batch_state(entry)
+        entry = Batch.from_dict(self.late)
+        ws = entry.window_state()
         manifest = read_json(ws.result_manifest)
-        late = late_units(entry, entry["window_start_ts"])
+        late = late_units(entry, entry.window_start_ts)
         manifest["partial"] = bool(late["units"] or manifest.get("quarantined"))
         manifest["late_units"] = late["units"]
         atomic_write_json(ws.result_manifest, manifest)
@@ -74,16 +74,16 @@ class _FinalTask:
                       manifest["result"])
         return report
 
-    def _batches(self) -> list[dict]:
+    def _batches(self) -> list[Batch]:
         """Every batch of the window: the mapped ones, and the fused tail's (those it ran first too)."""
         if not self.tail:
-            return list(self.plan or [])
-        tail = as_batch(self.tail)
-        return list(self.plan or []) + list(tail.get("before") or []) + [tail]
+            return batches_from(self.plan)
+        tail = Batch.from_dict(self.tail)
+        return batches_from(self.plan) + list(tail.before) + [tail]
 
     def _window(self, context) -> WindowState:
         if self.late:
-            return batch_state(as_batch(self.late))
+            return Batch.from_dict(self.late).window_state()
         start = context["data_interval_start"].timestamp()
         return WindowState(self.state_dir, self.query, window_id(start))
 
@@ -95,10 +95,9 @@ class _FinalTask:
         # The result is complete when its manifest is written (a fused tail writes its last
         # batch's partial after that): that is the time the deadline is about.
         finished = manifest.get("written_at") or task_end
-        cfg = batches[0] if batches else {"state_dir": self.state_dir, "query": self.query, "landing": ""}
-        late = late_units(cfg, start) if batches else {"units": [], "files": [], "arrival_times": []}
+        late = late_units(batches[0], start) if batches else {"units": [], "files": [], "arrival_times": []}
         if batches:
-            record_arrivals(cfg, start)
+            record_arrivals(batches[0], start)
         manifest["partial"] = bool(late["units"] or manifest.get("quarantined"))
         manifest["late_units"] = late["units"]
         atomic_write_json(ws.result_manifest, manifest)
@@ -109,7 +108,7 @@ class _FinalTask:
         for bad in manifest.get("quarantined", []):
             self.log.warning("unit %s quarantined, the result is partial: %s", bad["unit"], bad["reason"])
         # A backfilled window's deadline passed long ago; there is none to meet.
-        deadline = batches[0]["deadline_ts"] if batches and not batches[0].get("backfill") else None
+        deadline = batches[0].deadline_ts if batches and not batches[0].backfill else None
         record_task_cpu(ws.root, context["ti"])
         report = {**self._report(ws, batches, finished, deadline, manifest), "task_end_ts": task_end}
         atomic_write_json(ws.root / "report.json", report)
@@ -123,12 +122,12 @@ class _FinalTask:
         claims = read_claims(ws)
         rows = []
         for b in batches:
-            claim = claims.get(b["index"], {})
-            mpath = ws.metrics_path(b["index"])
+            claim = claims.get(b.index, {})
+            mpath = ws.metrics_path(b.index)
             metrics = read_json(mpath) if mpath.exists() else {}
-            rows.append({"index": b["index"], "planned_units": b["units"], "planned_cumulative": b["cumulative"],
-                         "ready_ts": b["ready_ts"], "latest_start_ts": b["latest_start_ts"],
-                         "planned_cost": b["cost"], "claimed_units": len(claim.get("units", [])),
+            rows.append({"index": b.index, "planned_units": b.units, "planned_cumulative": b.cumulative,
+                         "ready_ts": b.ready_ts, "latest_start_ts": b.latest_start_ts,
+                         "planned_cost": b.cost, "claimed_units": len(claim.get("units", [])),
                          "claimed_at": claim.get("claimed_at"), "wall_seconds": metrics.get("wall_seconds"),
                          "cpu_seconds": metrics.get("cpu_seconds"), "written_at": metrics.get("written_at")})
         return {"query": self.query, "window": ws.window_id, "deadline_ts": deadline, "finished_ts": finished,
@@ -154,13 +153,13 @@ class FinalAggregationOperator(_FinalTask, _IQPSparkSubmit):
 
     :param query: query id of the catalogue.
     :param plan: the plan task's output (the mapped batch entries).
-    :param tail: the plan's fused tail (:func:`~airflow_iqp.runtime.split_tail`): the last
+    :param tail: the plan's fused tail (:func:`~airflow_iqp.window.readiness.split_tail`): the last
         batch's entry, and the batches the final task runs before it.
     :param tail_slots: fused tails of the state directory's queries that run at once, earliest
-        deadline first (:func:`~airflow_iqp.runtime.cluster_turn`); 0, the default, is no limit.
+        deadline first (:func:`~airflow_iqp.coordination.cluster_turn`); 0, the default, is no limit.
     :param state_dir: the state directory (default ``[iqp] state_dir``).
     :param late: instead of this window's merge, the earlier window's late batch
-        (:func:`~airflow_iqp.runtime.late_entry`), merged into its result as a new revision.
+        (:func:`~airflow_iqp.window.accounting.late_entry`), merged into its result as a new revision.
     """
 
     template_fields: Sequence[str] = (*_IQPSparkSubmit.template_fields, "plan", "tail", "state_dir", "late")
@@ -180,7 +179,7 @@ class FinalAggregationOperator(_FinalTask, _IQPSparkSubmit):
         if self.tail:
             # The job waits for the last batch's input, claims it and takes its turn in its
             # driver, with the JVM already up (final_job.run_tail).
-            self.application_args = [*self.application_args, "--tail", json.dumps(as_batch(self.tail)),
+            self.application_args = [*self.application_args, "--tail", json.dumps(Batch.from_dict(self.tail).to_dict()),
                                      "--tail-slots", str(self.tail_slots)]
         if self.late:  # the earlier window's late batch, merged as a new revision (final_job.execute_late)
             self.application_args = [*self.application_args, "--late", str(self._late_index())]

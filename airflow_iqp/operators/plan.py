@@ -13,12 +13,19 @@ from airflow_iqp.notifications.deadline import DeadlineRiskNotifier
 from airflow_iqp.query import Query
 from airflow_iqp.query.catalogue import get_query
 from airflow_iqp.query.store import Saved, save_query
-from airflow_iqp.runtime import (
-    QueryConfig, clock, format_window_plan, late_entry, plan_window, record_task_cpu, split_tail, store_plan,
-    streams_of,
-    tail_lead as default_lead,
-)
+from airflow_iqp.window.accounting import late_entry, record_task_cpu
+from airflow_iqp.window.config import QueryConfig, clock
+from airflow_iqp.window.costs import streams_of
+from airflow_iqp.window.plan import format_window_plan, plan_window, store_plan
+from airflow_iqp.window.readiness import split_tail
+from airflow_iqp.window.readiness import tail_lead as default_lead
 from airflow_iqp.state import WindowState
+
+
+def _json(batch) -> dict:
+    """A batch as XCom holds it: its JSON form, or an empty dict for none (an XComArg must
+    resolve to a value; the sensor skips an empty one)."""
+    return batch.to_dict() if batch is not None else {}
 
 
 def _seconds(mapping: dict | None, field: str) -> dict | None:
@@ -44,7 +51,7 @@ class BatchPlanOperator(BaseOperator):
     the XCom ``plan``, and returns one entry per batch for mapping. With ``fuse_tail`` the
     last batch is not mapped: it goes to the XCom ``tail``, for the final task to run,
     which starts ``tail_lead`` seconds before the window's end; so do the batches ready
-    after that (:func:`~airflow_iqp.runtime.split_tail`). If
+    after that (:func:`~airflow_iqp.window.readiness.split_tail`). If
     the deadline cannot be met it warns through ``on_deadline_risk`` (default
     :class:`DeadlineRiskNotifier`: a log line and ``deadline_risk.json``) and returns the
     best-effort plan, the one that finishes earliest.
@@ -108,7 +115,7 @@ class BatchPlanOperator(BaseOperator):
         context["ti"].xcom_push(key="plan", value=wp.to_dict())
         # The window before this one: its late batch, merged by this run (late="merge").
         # (An empty dict, not None, when there is none: an XComArg must resolve to a value.)
-        context["ti"].xcom_push(key="late", value=late_entry(cfg, start.timestamp(), end.timestamp()) or {})
+        context["ti"].xcom_push(key="late", value=_json(late_entry(cfg, start.timestamp(), end.timestamp())))
         if not wp.plan.feasible and not wp.backfill:
             context["iqp_plan"] = wp.to_dict()
             context["iqp_record"] = str(WindowState(cfg.state_dir, cfg.query, wp.window_id).root / "deadline_risk.json")
@@ -116,10 +123,10 @@ class BatchPlanOperator(BaseOperator):
         record_task_cpu(path.parent, context["ti"])
         self.log.info("plan stored in %s: %d batches", path, len(wp.batches))
         if not self.fuse_tail:
-            return wp.batches
+            return [b.to_dict() for b in wp.batches]
         mapped, tail = split_tail(wp.batches, self.tail_lead)
-        if tail and tail["before"]:
-            self.log.info("the final task starts at %s and runs batches %s too", clock(tail["start_ts"]),
-                          [b["index"] for b in tail["before"]])
-        context["ti"].xcom_push(key="tail", value=tail)
-        return mapped
+        if tail and tail.before:
+            self.log.info("the final task starts at %s and runs batches %s too", clock(tail.start_ts),
+                          [b.index for b in tail.before])
+        context["ti"].xcom_push(key="tail", value=_json(tail))
+        return [b.to_dict() for b in mapped]

@@ -20,7 +20,8 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_iqp import config
-from airflow_iqp.runtime import as_batch, batch_state, record_task_cpu
+from airflow_iqp.window.accounting import record_task_cpu
+from airflow_iqp.window.batch import Batch
 from airflow_iqp.spark.connect import without_connect_mode
 from airflow_iqp.spark.submit import build_pyfiles_zip, job_path, spark_submit_binary, submit_env, submit_spec
 from airflow_iqp.state import read_json
@@ -38,31 +39,31 @@ class _BatchTask:
 
     overhead_s: float = SUBMIT_OVERHEAD_S
 
-    def _batch_timeout(self, batch: dict) -> dt.timedelta:
-        return dt.timedelta(seconds=max(BATCH_TIMEOUT_MIN_S, self.overhead_s + 3 * batch["cost"]))
+    def _batch_timeout(self, batch: Batch) -> dt.timedelta:
+        return dt.timedelta(seconds=max(BATCH_TIMEOUT_MIN_S, self.overhead_s + 3 * batch.cost))
 
-    def _before_batch(self, context) -> tuple[dict, Any]:
+    def _before_batch(self, context) -> tuple[Batch, Any]:
         """(batch entry, window state); skips when nothing was claimed, fails when a retry is too late."""
-        batch = as_batch(self.batch)
-        ws = batch_state(batch)
-        claim = ws.claim_path(batch["index"])
+        batch = Batch.from_dict(self.batch)
+        ws = batch.window_state()
+        claim = ws.claim_path(batch.index)
         if not claim.exists() or not read_json(claim).get("units"):
-            raise AirflowSkipException(f"{batch['label']}: no claimed input")
+            raise AirflowSkipException(f"{batch.label}: no claimed input")
         try_number = context["ti"].try_number
-        remaining = batch["remaining_cost"] + self.overhead_s
-        if try_number > 1 and not batch.get("backfill") and time.time() + remaining > batch["deadline_ts"]:
+        remaining = batch.remaining_cost + self.overhead_s
+        if try_number > 1 and not batch.backfill and time.time() + remaining > batch.deadline_ts:
             raise AirflowFailException(
-                f"{batch['label']}: attempt {try_number} could no longer meet the deadline "
-                f"({dt.datetime.fromtimestamp(batch['deadline_ts'], dt.timezone.utc):%H:%M:%S}); not retrying")
+                f"{batch.label}: attempt {try_number} could no longer meet the deadline "
+                f"({dt.datetime.fromtimestamp(batch.deadline_ts, dt.timezone.utc):%H:%M:%S}); not retrying")
         return batch, ws
 
-    def _after_batch(self, context, batch: dict, ws) -> dict:
-        metrics = read_json(ws.metrics_path(batch["index"]))
-        self.log.info("%s: %d units in %.1f s wall, %.1f s CPU (%s)", batch["label"], metrics["units"],
+    def _after_batch(self, context, batch: Batch, ws) -> dict:
+        metrics = read_json(ws.metrics_path(batch.index))
+        self.log.info("%s: %d units in %.1f s wall, %.1f s CPU (%s)", batch.label, metrics["units"],
                       metrics["wall_seconds"], metrics["cpu_seconds"] or 0.0, metrics.get("backend"))
         started = context["ti"].start_date
         cpu = record_task_cpu(ws.root, context["ti"])
-        return {"index": batch["index"], "started": started.timestamp() if started else None, "ended": time.time(),
+        return {"index": batch.index, "started": started.timestamp() if started else None, "ended": time.time(),
                 **metrics, "task_cpu_seconds": cpu["self_cpu_seconds"] + cpu["children_cpu_seconds"]}
 
 
@@ -116,12 +117,12 @@ class BatchSubmitOperator(_BatchTask, _IQPSparkSubmit):
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
-        batch = as_batch(self.batch)
-        ws = batch_state(batch)
+        batch = Batch.from_dict(self.batch)
+        ws = batch.window_state()
         # A directory of <table>.parquet travels as an argument; a mapping of paths is in the saved query.
-        static = batch["static"] if isinstance(batch["static"], str) else ""
-        self._prepare("batch", [batch["query"], str(ws.claim_path(batch["index"])), static,
-                                str(ws.partial_path(batch["index"])), "--state-dir", batch["state_dir"]])
+        static = batch.static if isinstance(batch.static, str) else ""
+        self._prepare("batch", [batch.query, str(ws.claim_path(batch.index)), static,
+                                str(ws.partial_path(batch.index)), "--state-dir", batch.state_dir])
         self.execution_timeout = self._batch_timeout(batch)
 
     def execute(self, context) -> Any:

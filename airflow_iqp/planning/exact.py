@@ -57,7 +57,7 @@ from airflow_iqp.planning.planner import IDLE, Plan, _check_window, build_plan
 
 INF = math.inf
 
-#: The most planning units the provider plans a window in (``runtime``: larger windows are
+#: The most planning units the provider plans a window in (``window.plan``: larger windows are
 #: coarsened); ``benchmarks/plan_speed.py`` times this size.
 MAX_UNITS = 5000
 

@@ -636,14 +636,14 @@ class Busy:
     """When one executor is busy with other queries' work: sorted, disjoint ``[start, end)``.
 
     Several queries on one cluster are planned one after another, earliest deadline first
-    (``runtime.plan_window`` with ``shares``); each plan gets the time the plans before it
+    (``window.plan.plan_window`` with ``shares``); each plan gets the time the plans before it
     take. The planner then counts only free time: a batch that needs ``d`` seconds and
     ends at ``t`` starts at :meth:`before` ``(t, d)``.
 
     Two executors. By default work is divisible around busy time: a batch of this query
     fits in the gaps, as on an executor that hands its cores to the earlier deadline's
     tasks as they come. With ``whole=True`` a batch is not divided: it runs in one free gap
-    from start to end, as under ``runtime.cluster_turn``, which runs one batch at a time and
+    from start to end, as under ``coordination.cluster_turn``, which runs one batch at a time and
     takes none back once started. The empty ``Busy()`` is plain arithmetic:
     ``before(t, d) == t - d``.
     """

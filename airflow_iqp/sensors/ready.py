@@ -10,7 +10,9 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_iqp import config
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.runtime import as_batch, batch_ready, batch_state, claim_batch, record_task_cpu, tail_started
+from airflow_iqp.window.accounting import record_task_cpu
+from airflow_iqp.window.batch import Batch
+from airflow_iqp.window.readiness import batch_ready, claim_batch, tail_started
 from airflow_iqp.triggers.ready import BatchReadyTrigger
 
 
@@ -28,7 +30,7 @@ class BatchReadySensor(BaseSensorOperator):
     retry re-reads the same claim. With nothing to claim, the batch is skipped.
 
     With ``claim=False`` (the wait before a fused tail's final task; ``batch`` is the plan's
-    tail, :func:`~airflow_iqp.runtime.split_tail`) it claims nothing and fires at the
+    tail, :func:`~airflow_iqp.window.readiness.split_tail`) it claims nothing and fires at the
     tail's ``start_ts``: its lead before the window's end.
 
     :param batch: one entry of the plan task's output (mapped).
@@ -48,17 +50,17 @@ class BatchReadySensor(BaseSensorOperator):
         self.deferrable = deferrable
         self.claim = claim
 
-    def _due(self, batch: dict) -> str | None:
+    def _due(self, batch: Batch) -> str | None:
         return batch_ready(batch, time.time()) if self.claim else tail_started(batch, time.time())
 
     def poke(self, context) -> bool:
-        return self._due(as_batch(self.batch)) is not None
+        return self._due(Batch.from_dict(self.batch)) is not None
 
     def execute(self, context) -> Any:
         if not self.batch:  # e.g. no late batch: the window before this one was never planned
             raise AirflowSkipException("no batch to wait for")
-        batch = as_batch(self.batch)
-        if not self.claim and "start_ts" not in batch:
+        batch = Batch.from_dict(self.batch)
+        if not self.claim and batch.start_ts is None:
             raise ConfigError("the wait before a fused tail's final task needs the plan's tail (with start_ts)",
                               "batch")
         reason = self._due(batch)
@@ -67,21 +69,21 @@ class BatchReadySensor(BaseSensorOperator):
         if not self.deferrable:
             super().execute(context)
             return self._claim(batch, "poke", context)
-        record_task_cpu(batch_state(batch).root, context["ti"], "defer")
-        self.defer(trigger=BatchReadyTrigger(batch, self.poll_interval or config.poll_interval(), self.claim),
+        record_task_cpu(batch.window_state().root, context["ti"], "defer")
+        self.defer(trigger=BatchReadyTrigger(batch.to_dict(), self.poll_interval or config.poll_interval(), self.claim),
                    method_name="execute_complete")
 
     def execute_complete(self, context, event: dict | None = None) -> Any:
-        return self._claim(as_batch(self.batch), (event or {}).get("reason", "trigger"), context)
+        return self._claim(Batch.from_dict(self.batch), (event or {}).get("reason", "trigger"), context)
 
-    def _claim(self, batch: dict, reason: str, context) -> dict:
+    def _claim(self, batch: Batch, reason: str, context) -> dict:
         if not self.claim:
-            record_task_cpu(batch_state(batch).root, context["ti"], "fire")
-            self.log.info("%s: fired on %s; its task claims when the input is ready", batch["label"], reason)
+            record_task_cpu(batch.window_state().root, context["ti"], "fire")
+            self.log.info("%s: fired on %s; its task claims when the input is ready", batch.label, reason)
             return {"reason": reason}
         manifest = claim_batch(batch)  # the trigger's claim, re-read; or claimed now
-        record_task_cpu(batch_state(batch).root, context["ti"], "claim")
-        self.log.info("%s: fired on %s, claimed %d units", batch["label"], reason, len(manifest["units"]))
+        record_task_cpu(batch.window_state().root, context["ti"], "claim")
+        self.log.info("%s: fired on %s, claimed %d units", batch.label, reason, len(manifest["units"]))
         if not manifest["units"]:
-            raise AirflowSkipException(f"{batch['label']}: nothing arrived that no earlier batch claimed")
+            raise AirflowSkipException(f"{batch.label}: nothing arrived that no earlier batch claimed")
         return {"manifest": manifest, "reason": reason}

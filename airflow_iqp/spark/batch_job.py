@@ -102,15 +102,13 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
     return metrics
 
 
-def execute_planned_batch(spark, batch: dict, *, history: bool = True) -> dict:
-    """:func:`execute_batch` for one plan entry (``runtime.batch_entries``) on an open session:
+def execute_planned_batch(spark, batch, *, history: bool = True) -> dict:
+    """:func:`execute_batch` for one plan entry (a ``Batch``) on an open session:
     its claim in, its partial out. A Connect batch task and a fused tail's final task run
     batches this way."""
-    from airflow_iqp.runtime import batch_state
-
-    ws = batch_state(batch)
-    return execute_batch(spark, batch["query"], ws.claim_path(batch["index"]), batch.get("static") or None,
-                         ws.partial_path(batch["index"]), state_dir=ws.state_dir, history=history)
+    ws = batch.window_state()
+    return execute_batch(spark, batch.query, ws.claim_path(batch.index), batch.static or None,
+                         ws.partial_path(batch.index), state_dir=ws.state_dir, history=history)
 
 
 def build_session(app_name: str):

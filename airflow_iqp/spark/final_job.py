@@ -26,7 +26,6 @@ No Airflow import here: this file runs on a Spark driver.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -258,28 +257,28 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
     return execute_final(spark, query_id, window_dir, history=history, tail=tail, written=written, quarantined=bad)
 
 
-def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, slots: int = 0, *,
+def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slots: int = 0, *,
              history: bool = True) -> dict:
     """A fused tail in the final task's own session (both backends; the spark-submit job's
     driver, or the Connect task): the session is open and warm before the last batch's
     input is complete, so after the window's end only the work is left.
 
-    ``tail`` is the plan's tail (:func:`airflow_iqp.runtime.split_tail`). First each batch
-    ready after the task started (``tail["before"]``), in order: wait until it may start, as
-    its sensor would, claim, take a turn on the cluster, write its partial. Then the last
+    ``tail`` is the plan's tail (``split_tail``; a ``Batch`` or its JSON form). First each
+    batch ready after the task started (``tail.before``), in order: wait until it may start,
+    as its sensor would, claim, take a turn on the cluster, write its partial. Then the last
     batch: wait, reading the written partials as they come (:func:`read_written`), claim,
-    take a turn and run it with the merge (:func:`execute_tail`). Turns:
-    ``slots`` batches of the state directory at once, earliest deadline first
-    (:func:`airflow_iqp.runtime.cluster_turn`); with a gate the turn is its, and the last
-    batch's ``turn_ts`` (``ahead``) does not hold it back as well. A retry re-reads every
-    claim and skips a partial already written.
+    take a turn and run it with the merge (:func:`execute_tail`). Turns: ``slots`` batches
+    of the state directory at once, earliest deadline first; with a gate the turn is its,
+    and the last batch's ``turn_ts`` (``ahead``) does not hold it back as well. A retry
+    re-reads every claim and skips a partial already written.
     """
-    from airflow_iqp.runtime import cluster_turn, wait_and_claim
+    from airflow_iqp.window.tail import claim_when_ready, load, turn
 
+    tail = load(tail)
     spark.range(1).collect()  # the session's first query pays its set-up: not after the window's end
     if slots > 0:
-        tail = {k: v for k, v in tail.items() if k != "turn_ts"}
-    for entry in tail.get("before") or []:
+        tail = tail.with_(turn_ts=0.0)
+    for entry in tail.before:
         _run_batch_in_turn(spark, window_dir, entry, slots, history)
     ahead = [read_written(spark, window_dir)]
 
@@ -287,32 +286,30 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, sl
         ahead[0] = read_written(spark, window_dir, ahead[0])
         time.sleep(seconds)
 
-    claim = wait_and_claim(tail, sleep=sleep)
-    print(f"airflow-iqp final_job: {tail.get('label', tail['index'])}: claimed {len(claim['units'])} units",
-          flush=True)
-    # The turn lasts through the merge: in try s7_d the second query's tail, reckoned as its
-    # batch alone, took the turn 30 ms before the first query's and made it 0.48 s late.
-    with cluster_turn(tail, slots, planned=tail.get("remaining_cost")):
-        return execute_tail(spark, query_id, window_dir, tail["index"], tail.get("static") or None, history=history,
+    claim = claim_when_ready(tail, sleep=sleep)
+    print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
+    # The turn lasts through the merge: the tail holds the cluster until the result is written.
+    with turn(tail, slots, planned=tail.remaining_cost):
+        return execute_tail(spark, query_id, window_dir, tail.index, tail.static or None, history=history,
                             written=ahead[0])
 
 
-def _run_batch_in_turn(spark, window_dir: str | os.PathLike, entry: dict, slots: int, history: bool) -> None:
+def _run_batch_in_turn(spark, window_dir: str | os.PathLike, entry, slots: int, history: bool) -> None:
     """One batch of a fused tail before the last: claimed when ready, run in its turn into its partial."""
-    from airflow_iqp.runtime import cluster_turn, wait_and_claim
     from airflow_iqp.spark.batch_job import execute_planned_batch
+    from airflow_iqp.window.tail import claim_when_ready, turn
 
     ws = _window_state(Path(window_dir).absolute())
-    claim = wait_and_claim(entry)
-    label = entry.get("label", entry["index"])
+    claim = claim_when_ready(entry)
     if not claim["units"]:
-        print(f"airflow-iqp final_job: {label}: nothing to claim", flush=True)
+        print(f"airflow-iqp final_job: {entry.label}: nothing to claim", flush=True)
         return
-    if ws.partial_path(entry["index"]).is_dir():  # a retry: written by the earlier attempt
+    if ws.partial_path(entry.index).is_dir():  # a retry: written by the earlier attempt
         return
-    with cluster_turn(entry, slots):
+    with turn(entry, slots):
         metrics = execute_planned_batch(spark, entry, history=history)
-    print(f"airflow-iqp final_job: {label}: {metrics['units']} units in {metrics['wall_seconds']:.1f} s", flush=True)
+    print(f"airflow-iqp final_job: {entry.label}: {metrics['units']} units in {metrics['wall_seconds']:.1f} s",
+          flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.late is not None:
             manifest = execute_late(spark, args.query, args.window_dir, args.late, history=not args.no_history)
         elif args.tail:
-            manifest = run_tail(spark, args.query, args.window_dir, json.loads(args.tail), args.tail_slots,
+            manifest = run_tail(spark, args.query, args.window_dir, args.tail, args.tail_slots,
                                 history=not args.no_history)
         else:
             manifest = execute_final(spark, args.query, args.window_dir, expect_units=args.expect_units,

@@ -12,14 +12,14 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.inputs.tpch import SCHEMAS, schema_ddl
 from airflow_iqp.query.model import Query
 from airflow_iqp.query.store import Saved, load_query
 from airflow_iqp.state import replace_dir, temp_sibling
-from airflow_iqp.streams import TPCH, Stream, arrow_type, ddl_columns, file_schema, stream_of
+from airflow_iqp.streams import Stream, arrow_type, ddl_columns, file_schema, stream_of
 from airflow_iqp.streams import schema_ddl as columns_ddl
 from airflow_iqp.streams import spark_type as spark_type_of
 

@@ -10,7 +10,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
 class BatchReadyTrigger(BaseTrigger):
-    """Fires when :func:`airflow_iqp.runtime.batch_ready` says the batch may start, and claims.
+    """Fires when :func:`airflow_iqp.window.readiness.batch_ready` says the batch may start, and claims.
 
     Polls the landing directory every ``poll_interval`` seconds (a directory listing,
     run in a thread so the triggerer's event loop never blocks), and wakes up exactly
@@ -33,19 +33,21 @@ class BatchReadyTrigger(BaseTrigger):
                 {"batch": self.batch, "poll_interval": self.poll_interval, "claim": self.claim})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_iqp.runtime import batch_ready, claim_batch, fire_at, tail_started
+        from airflow_iqp.window.batch import Batch
+        from airflow_iqp.window.readiness import batch_ready, claim_batch, fire_at, tail_started
 
-        wake = fire_at(self.batch) if self.claim else self.batch["start_ts"]
+        batch = Batch.from_dict(self.batch)
+        wake = fire_at(batch) if self.claim else batch.start_ts
         while True:
             now = time.time()
             if self.claim:
-                reason = await asyncio.to_thread(batch_ready, self.batch, now)
+                reason = await asyncio.to_thread(batch_ready, batch, now)
             else:
-                reason = tail_started(self.batch, now)
+                reason = tail_started(batch, now)
             if reason:
                 units = None
                 if self.claim:
-                    units = len((await asyncio.to_thread(claim_batch, self.batch))["units"])
+                    units = len((await asyncio.to_thread(claim_batch, batch))["units"])
                 yield TriggerEvent({"reason": reason, "at": now, "units": units})
                 return
             await asyncio.sleep(max(0.05, min(self.poll_interval, wake - now)))

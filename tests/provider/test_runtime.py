@@ -5,9 +5,11 @@ import os
 import pytest
 
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.runtime import (
-    LAST_UNIT_GRACE_S, QueryConfig, batch_ready, claim_batch, fire_at, late_units, plan_window, window_id,
-)
+from tests.batches import make_batch
+from airflow_iqp.window.accounting import late_units
+from airflow_iqp.window.config import QueryConfig, window_id
+from airflow_iqp.window.plan import plan_window
+from airflow_iqp.window.readiness import LAST_UNIT_GRACE_S, batch_ready, claim_batch, fire_at
 from airflow_iqp.state import (
     WindowState, append_cost_fit, append_cost_history, atomic_write_json, claim_units, note_seen, read_claims,
 )
@@ -37,13 +39,13 @@ def cfg(tmp_path, **over):
 def test_plan_window_maps_batches_on_the_clock(tmp_path):
     wp = plan_window(cfg(tmp_path), START, START + 240, START + 340, now=START)
     assert wp.plan.feasible and not wp.backfill
-    assert [b["units"] for b in wp.batches] == wp.plan.sizes and len(wp.batches) >= 3
+    assert [b.units for b in wp.batches] == wp.plan.sizes and len(wp.batches) >= 3
     last = wp.batches[-1]
-    assert last["last"] and last["ready_ts"] == START + 240 and last["cumulative"] == 240
+    assert last.last and last.ready_ts == START + 240 and last.cumulative == 240
     # Every batch keeps the orchestration margin between ready and latest start.
-    assert all(b["latest_start_ts"] - b["ready_ts"] >= 10 - 1e-6 for b in wp.batches)
-    assert wp.batches[0]["remaining_cost"] == pytest.approx(wp.plan.total_cost)
-    assert wp.batches[0]["label"].startswith(f"batch 1/{len(wp.batches)} · {wp.batches[0]['units']} units · ready ")
+    assert all(b.latest_start_ts - b.ready_ts >= 10 - 1e-6 for b in wp.batches)
+    assert wp.batches[0].remaining_cost == pytest.approx(wp.plan.total_cost)
+    assert wp.batches[0].label.startswith(f"batch 1/{len(wp.batches)} · {wp.batches[0].units} units · ready ")
     assert wp.window_id == window_id(START) == "20270115T080000"
 
 
@@ -51,7 +53,7 @@ def test_backfill_of_a_complete_window_is_one_batch(tmp_path):
     c = cfg(tmp_path)
     land(tmp_path / "landing", 240)
     wp = plan_window(c, START, START + 240, START + 340, now=START + 10_000)
-    assert wp.backfill and [b["units"] for b in wp.batches] == [240]
+    assert wp.backfill and [b.units for b in wp.batches] == [240]
     assert batch_ready(wp.batches[0], START + 10_000) is not None
 
 
@@ -71,7 +73,7 @@ def test_readiness_lists_the_units_only_once_enough_names_are_there(tmp_path):
     for f in ("orders.parquet", "lineitem.parquet"):
         (landing / "000003" / f).write_bytes(b"x")
     for b in wp.batches[:-1]:
-        claim_units(WindowState(c.state_dir, c.query, wp.window_id), b["index"], [], [])
+        claim_units(WindowState(c.state_dir, c.query, wp.window_id), b.index, [], [])
     assert batch_ready(last, START + 4) == "units"
 
 
@@ -90,12 +92,12 @@ def test_cost_model_comes_from_history_once_there_is_some(tmp_path):
 def test_readiness_is_units_or_latest_start_whichever_first(tmp_path):
     wp = plan_window(cfg(tmp_path), START, START + 240, START + 340, now=START)
     b1, b2 = wp.batches[0], wp.batches[1]
-    assert batch_ready(b1, START + 1, arrived=b1["cumulative"] - 1) is None
-    assert batch_ready(b1, START + 1, arrived=b1["cumulative"]) == "units"
-    assert batch_ready(b1, b1["latest_start_ts"], arrived=0) == "time"
+    assert batch_ready(b1, START + 1, arrived=b1.cumulative - 1) is None
+    assert batch_ready(b1, START + 1, arrived=b1.cumulative) == "units"
+    assert batch_ready(b1, b1.latest_start_ts, arrived=0) == "time"
     # Batch 2 waits for batch 1's claim even when its units are there.
     assert batch_ready(b2, START + 1, arrived=240) is None
-    WindowState(b1["state_dir"], "cq2", b1["window_id"]).claim_path(1).parent.mkdir(parents=True)
+    WindowState(b1.state_dir, "cq2", b1.window_id).claim_path(1).parent.mkdir(parents=True)
     claim_batch(b1)
     assert batch_ready(b2, START + 1, arrived=240) == "units"
     # The last batch needs the whole window.
@@ -103,11 +105,11 @@ def test_readiness_is_units_or_latest_start_whichever_first(tmp_path):
     assert batch_ready(last, START + 200, arrived=239) is None
     # With no slack (ready == latest start: an infeasible, best-effort plan), the last batch
     # still gives the units due at the window's end a moment to land before firing on time.
-    tight = {**last, "latest_start_ts": last["ready_ts"]}
-    assert batch_ready(tight, tight["ready_ts"], arrived=239) is None
-    assert batch_ready(tight, tight["ready_ts"] + LAST_UNIT_GRACE_S, arrived=239) == "time"
+    tight = last.with_(latest_start_ts=last.ready_ts)
+    assert batch_ready(tight, tight.ready_ts, arrived=239) is None
+    assert batch_ready(tight, tight.ready_ts + LAST_UNIT_GRACE_S, arrived=239) == "time"
     # A batch before the last fires at its latest start, slack or not.
-    assert batch_ready({**b1, "latest_start_ts": b1["ready_ts"]}, b1["ready_ts"], arrived=0) == "time"
+    assert batch_ready(b1.with_(latest_start_ts=b1.ready_ts), b1.ready_ts, arrived=0) == "time"
 
 
 def test_claims_take_every_arrived_unit_once_and_late_units_are_recorded(tmp_path):
@@ -150,25 +152,25 @@ def test_dynamic_mode_maps_minbatches_then_spares_that_skip(tmp_path):
             final_agg_hint={"kind": "linear", "base": 1.0, "per_batch": 0.1})
     wp = plan_window(c, START, START + 240, START + 600, now=START)
     entries = wp.batches
-    assert len(entries) == 8 and [e["index"] for e in entries] == list(range(1, 9))
-    planned = [e for e in entries if not e.get("spare")]
-    assert sum(e["units"] for e in planned) == 240 and len(planned) < 8
-    assert wp.plan.extra["min_batch"]["size"] == planned[0]["units"]
+    assert len(entries) == 8 and [e.index for e in entries] == list(range(1, 9))
+    planned = [e for e in entries if not e.spare]
+    assert sum(e.units for e in planned) == 240 and len(planned) < 8
+    assert wp.plan.extra["min_batch"]["size"] == planned[0].units
     # A MinBatch fires on its units or at its estimated input time, whichever first.
     first = entries[0]
-    assert first["latest_start_ts"] == first["ready_ts"]
-    assert batch_ready(first, first["ready_ts"], arrived=3) == "time"
-    assert entries[-1]["last"] and not any(e["last"] for e in entries[:-1])
+    assert first.latest_start_ts == first.ready_ts
+    assert batch_ready(first, first.ready_ts, arrived=3) == "time"
+    assert entries[-1].last and not any(e.last for e in entries[:-1])
     # Everything arrives: the planned batches claim it all, the spares find nothing.
     land(tmp_path / "landing", 240)
     for e in entries:
         m = claim_batch(e)
-        assert bool(m["units"]) == (not e.get("spare"))
+        assert bool(m["units"]) == (not e.spare)
 
 
 def test_a_single_batch_pays_the_final_step_too(tmp_path):
     """The provider's final task runs even after one batch; the plan must budget for it."""
-    from airflow_iqp.runtime import cost_models
+    from airflow_iqp.window.costs import cost_models
 
     c = cfg(tmp_path, final_agg_hint={"kind": "linear", "base": 20.0, "per_batch": 0.5})
     _cost, agg, _source = cost_models(c)
@@ -181,15 +183,15 @@ def test_a_single_batch_pays_the_final_step_too(tmp_path):
 
 def test_one_batch_mode_plans_the_whole_window_after_its_end(tmp_path):
     wp = plan_window(cfg(tmp_path, mode="one_batch"), START, START + 240, START + 340, now=START)
-    assert [b["units"] for b in wp.batches] == [240] and wp.plan.method == "one_batch"
-    assert wp.batches[0]["ready_ts"] == START + 240 and wp.batches[0]["last"]
+    assert [b.units for b in wp.batches] == [240] and wp.plan.method == "one_batch"
+    assert wp.batches[0].ready_ts == START + 240 and wp.batches[0].last
     with pytest.raises(ConfigError, match="mode"):
         cfg(tmp_path, mode="one-batch")
 
 
 def test_a_fused_tail_plans_its_merge_without_a_second_start_up(tmp_path):
     """spark-submit: the merge runs in the last batch's JVM, so the plan may leave more for after the end."""
-    from airflow_iqp.runtime import cost_models
+    from airflow_iqp.window.costs import cost_models
 
     plain = cfg(tmp_path)
     fused = cfg(tmp_path, fuse_tail=True)
@@ -206,27 +208,27 @@ def test_a_fused_tail_plans_its_merge_without_a_second_start_up(tmp_path):
 
 
 def test_the_fused_tail_starts_its_lead_before_the_end_then_waits_in_process_and_claims(tmp_path):
-    from airflow_iqp.runtime import split_tail, tail_started, wait_and_claim
+    from airflow_iqp.window.readiness import split_tail, tail_started, wait_and_claim
 
     c = cfg(tmp_path, units=6, rate=6 / 240, cost_hint={"kind": "linear", "per_unit": 30, "per_batch": 5}, margin=0)
     wp = plan_window(c, START, START + 240, START + 320, now=START)  # 5 batches, one ready every 40-80 s
-    end = wp.batches[-1]["ready_ts"]
+    end = wp.batches[-1].ready_ts
     assert end == START + 240 and len(wp.batches) > 3
     lead = 100.0
     mapped, tail = split_tail(wp.batches, lead)
-    assert tail["last"] and tail["start_ts"] == end - lead
-    assert {k: v for k, v in tail.items() if k not in ("start_ts", "before")} == wp.batches[-1]
+    assert tail.last and tail.start_ts == end - lead
+    assert tail.with_(start_ts=None, before=()) == wp.batches[-1]
     # The batches ready after the final task starts are its to run; the others are mapped.
-    assert mapped + tail["before"] == wp.batches[:-1] and tail["before"]
-    assert all(b["ready_ts"] < tail["start_ts"] <= a["ready_ts"] for b in mapped for a in tail["before"])
-    assert split_tail(wp.batches, 0.0)[1]["before"] == [] and split_tail(wp.batches, 1e6)[0] == []
+    assert mapped + list(tail.before) == wp.batches[:-1] and tail.before
+    assert all(b.ready_ts < tail.start_ts <= a.ready_ts for b in mapped for a in tail.before)
+    assert split_tail(wp.batches, 0.0)[1].before == () and split_tail(wp.batches, 1e6)[0] == []
     assert mapped and split_tail([], lead) == ([], None)
     # The wait before the final task fires at its start, whatever has arrived.
     assert tail_started(tail, end - lead) == "lead" and tail_started(tail, end - lead - 0.1) is None
     assert batch_ready(tail, end - lead, arrived=0) is None
     landing = tmp_path / "landing"
     land(landing, 4)
-    before = {u for b in mapped + tail["before"] for u in claim_batch(b)["units"]}  # earlier batches claim
+    before = {u for b in mapped + list(tail.before) for u in claim_batch(b)["units"]}  # earlier batches claim
     # The last two units land while the final task waits (each poll is a real sleep's place).
     polls = []
 
@@ -235,8 +237,7 @@ def test_the_fused_tail_starts_its_lead_before_the_end_then_waits_in_process_and
         if len(polls) == 3:
             land(landing, 2, first=4)
 
-    manifest = wait_and_claim({**tail, "ready_ts": START + 10_000, "latest_start_ts": START + 10_000},
-                                   sleep=sleep)
+    manifest = wait_and_claim(tail.with_(ready_ts=START + 10_000, latest_start_ts=START + 10_000), sleep=sleep)
     assert len(polls) == 3 and manifest["units"] == [f"{i:06d}" for i in range(6) if f"{i:06d}" not in before]
     claims = read_claims(WindowState(c.state_dir, c.query, wp.window_id))
     every = [u for m in claims.values() for u in m["units"]]
@@ -247,7 +248,8 @@ def test_the_fused_tail_starts_its_lead_before_the_end_then_waits_in_process_and
 
 
 def test_dispatch_is_planned_per_batch_and_a_fused_tail_dispatches_before_the_end(tmp_path):
-    from airflow_iqp.runtime import cost_models, fire_at
+    from airflow_iqp.window.costs import cost_models
+    from airflow_iqp.window.readiness import fire_at
 
     c = cfg(tmp_path, dispatch=3.0)
     cost, agg, source = cost_models(c)
@@ -263,17 +265,17 @@ def test_dispatch_is_planned_per_batch_and_a_fused_tail_dispatches_before_the_en
                          START + 340, now=START)
         *earlier, last = wp.batches
         assert wp.plan.batches[-1].ready == 240 - startup and earlier, backend
-        assert earlier[-1]["latest_start_ts"] + earlier[-1]["cost"] <= last["latest_start_ts"] + 1e-6
-        assert all(b["ready_ts"] <= START + 240 - startup for b in earlier)
+        assert earlier[-1].latest_start_ts + earlier[-1].cost <= last.latest_start_ts + 1e-6
+        assert all(b.ready_ts <= START + 240 - startup for b in earlier)
         # Its input is complete only at the window's end: it never fires on time before then.
-        assert last["ready_ts"] == START + 240 and fire_at(last) >= START + 240 + LAST_UNIT_GRACE_S
+        assert last.ready_ts == START + 240 and fire_at(last) >= START + 240 + LAST_UNIT_GRACE_S
         assert batch_ready(last, START + 240 - 1, arrived=0) is None
     with pytest.raises(ConfigError, match="dispatch"):
         cfg(tmp_path, dispatch=-1)
 
 
 def test_cost_scale_plans_as_if_the_calibrated_costs_were_that_much_longer(tmp_path):
-    from airflow_iqp.runtime import cost_models
+    from airflow_iqp.window.costs import cost_models
 
     fit = {"cost": {"kind": "piecewise_linear", "points": [[1, 0.4], [100, 2.0], [300, 5.0]]},
            "final_agg": {"kind": "piecewise_linear", "points": [[1, 0.3], [4, 0.4]]}}
@@ -295,8 +297,8 @@ def test_cost_scale_plans_as_if_the_calibrated_costs_were_that_much_longer(tmp_p
              for c in (scaled_cfg, QueryConfig(**common, state_dir=str(slow)),
                        QueryConfig(**common, state_dir=str(fast)))]
     assert plans[0].plan.sizes == plans[1].plan.sizes
-    assert [b["cost"] for b in plans[0].batches] == pytest.approx([b["cost"] for b in plans[1].batches])
-    assert all(b["cost_scale"] == 1.5 for b in plans[0].batches) and "cost_scale" not in plans[1].batches[0]
+    assert [b.cost for b in plans[0].batches] == pytest.approx([b.cost for b in plans[1].batches])
+    assert all(b.cost_scale == 1.5 for b in plans[0].batches) and plans[1].batches[0].cost_scale == 1
     # ... which leaves less for the last batch than the unscaled plan does.
     assert plans[0].plan.sizes[-1] < plans[2].plan.sizes[-1]
     for bad in (0, -1, "2", float("inf")):
@@ -313,11 +315,11 @@ def test_queries_ahead_on_the_cluster_shorten_the_plan_and_hold_back_the_last_ba
     assert wp.plan.sizes == base.plan.sizes and len(wp.batches) > len(
         plan_window(cfg(tmp_path), START, end, deadline, now=START).batches)
     *earlier, last = wp.batches
-    assert [b["latest_start_ts"] for b in earlier] == [b["latest_start_ts"] for b in base.batches[:-1]]
-    assert last["turn_ts"] == end + 90 and last["latest_start_ts"] == base.batches[-1]["latest_start_ts"] + 90
-    assert all("turn_ts" not in b for b in earlier) and last["deadline_ts"] == deadline
+    assert [b.latest_start_ts for b in earlier] == [b.latest_start_ts for b in base.batches[:-1]]
+    assert last.turn_ts == end + 90 and last.latest_start_ts == base.batches[-1].latest_start_ts + 90
+    assert all(b.turn_ts == 0.0 for b in earlier) and last.deadline_ts == deadline
     # Every unit has landed at the window's end, but the last batch's turn comes 90 s later.
-    arrived = last["expected_total"]
+    arrived = last.expected_total
     assert batch_ready(last, end + 5, arrived=arrived) is None
     assert fire_at(last) == pytest.approx(end + 90, abs=1e-6)  # its latest start is its turn, up to rounding
     assert batch_ready(last, fire_at(last), arrived=arrived) is not None
@@ -332,11 +334,11 @@ def test_cluster_turn_runs_one_tail_at_a_time_earliest_deadline_first(tmp_path):
     import threading
     import time as _time
 
-    from airflow_iqp.runtime import cluster_turn
+    from airflow_iqp.coordination import cluster_turn
 
     def tail(query, deadline):
-        return {"state_dir": str(tmp_path), "query": query, "window_id": "w", "index": 3, "deadline_ts": deadline,
-                "cost": 1.0}
+        return make_batch(state_dir=str(tmp_path), query=query, window_id="w", index=3, of=3, deadline_ts=deadline,
+                          cost=1.0)
 
     # A file nobody holds, as a killed task leaves it: ignored, and removed.
     stale = tmp_path / "_turns" / "waiting" / f"{1.0:020.6f}-dead-w-0003"
@@ -381,20 +383,20 @@ def test_cluster_turn_leaves_the_cluster_to_a_batch_due_earlier_that_is_about_to
     import threading
     import time as _time
 
-    from airflow_iqp.runtime import UPCOMING_GRACE_S, cluster_turn
+    from airflow_iqp.coordination import UPCOMING_GRACE_S, cluster_turn
 
     now = _time.time()
     state = tmp_path / "state"
 
     def entry(query, deadline, ready, **kw):
-        return {"state_dir": str(state), "query": query, "window_id": "w", "index": 1, "of": 1, "last": True,
-                "deadline_ts": deadline, "ready_ts": ready, "latest_start_ts": ready, "cost": 2.0,
-                "remaining_cost": 2.5, **kw}
+        return make_batch(**{"state_dir": str(state), "query": query, "window_id": "w", "index": 1, "of": 2,
+                             "last": True, "deadline_ts": deadline, "ready_ts": ready, "latest_start_ts": ready,
+                             "cost": 2.0, "remaining_cost": 2.5, **kw})
 
     early = entry("cq1", now + 3, now + 0.5)  # 2 s of q1 first, then its 2 s and merge: 4.5 s, late
     ws = WindowState(state, "cq1", "w")
     ws.root.mkdir(parents=True)
-    atomic_write_json(ws.root / "plan.json", {"batches": [early]})
+    atomic_write_json(ws.root / "plan.json", {"batches": [early.to_dict()]})
     late = entry("q1", now + 60, now)
 
     def claim_early():
@@ -413,7 +415,7 @@ def test_cluster_turn_leaves_the_cluster_to_a_batch_due_earlier_that_is_about_to
     stale = entry("cq2", now + 10, now - 60)
     ws2 = WindowState(state, "cq2", "w")
     ws2.root.mkdir(parents=True)
-    atomic_write_json(ws2.root / "plan.json", {"batches": [stale]})
+    atomic_write_json(ws2.root / "plan.json", {"batches": [stale.to_dict()]})
     assert now - 60 + UPCOMING_GRACE_S < _time.time()
     t0 = _time.time()
     with cluster_turn(entry("q4", now + 70, now), slots=1, poll=0.01):
@@ -423,7 +425,7 @@ def test_cluster_turn_leaves_the_cluster_to_a_batch_due_earlier_that_is_about_to
              entry("cq3", now + 22, now + 20, index=2, cost=1.0, remaining_cost=1.5)]
     ws3 = WindowState(state, "cq3", "w")
     ws3.root.mkdir(parents=True)
-    atomic_write_json(ws3.root / "plan.json", {"batches": roomy})
+    atomic_write_json(ws3.root / "plan.json", {"batches": [e.to_dict() for e in roomy]})
     t0 = _time.time()
     with cluster_turn(entry("q6", now + 80, _time.time()), slots=1, poll=0.01):
         assert _time.time() - t0 < 0.5 and not ws3.claim_path(1).exists()
@@ -433,42 +435,40 @@ def test_cluster_turn_leaves_the_cluster_to_a_batch_due_earlier_that_is_about_to
     due = [entry("cq4", t1 + 3.0, t1 + 0.2, cost=1.0, remaining_cost=1.5)]
     ws4 = WindowState(state, "cq4", "w")
     ws4.root.mkdir(parents=True)
-    atomic_write_json(ws4.root / "plan.json", {"batches": due})
+    atomic_write_json(ws4.root / "plan.json", {"batches": [e.to_dict() for e in due]})
     tail = entry("q10", now + 90, t1, cost=0.5, remaining_cost=3.0)
     with cluster_turn(tail, slots=1, poll=0.01):
         assert _time.time() - t1 < 0.5 and not ws4.claim_path(1).exists()
     threading.Timer(0.6, lambda: claim_units(ws4, 1, ["000002"], [])).start()
-    with cluster_turn(tail, slots=1, poll=0.01, planned=tail["remaining_cost"]):
+    with cluster_turn(tail, slots=1, poll=0.01, planned=tail.remaining_cost):
         assert ws4.claim_path(1).exists() and _time.time() - t1 >= 0.6
 
 
 def test_a_batch_is_held_back_only_if_the_query_due_earlier_would_then_finish_late(tmp_path):
-    """_coming runs the earlier-due query's rest as planned after this batch: each batch no
+    """coming runs the earlier-due query's rest as planned after this batch: each batch no
     sooner than its input, then the merge; late against its deadline holds this one back."""
-    from airflow_iqp.runtime import _coming
+    from airflow_iqp.coordination import coming
 
     def entry(index, ready, cost, remaining, deadline=125.0, **kw):
-        return {"state_dir": str(tmp_path), "query": "cq1", "window_id": "w", "index": index, "last": index == 2,
-                "deadline_ts": deadline, "ready_ts": ready, "latest_start_ts": ready, "cost": cost,
-                "remaining_cost": remaining, **kw}
+        return make_batch(**{"state_dir": str(tmp_path), "query": "cq1", "window_id": "w", "index": index, "of": 2,
+                             "last": index == 2, "deadline_ts": deadline, "ready_ts": ready,
+                             "latest_start_ts": ready, "cost": cost, "remaining_cost": remaining, **kw})
 
     plan = [entry(1, 98.0, 1.0, 2.5), entry(2, 120.0, 1.0, 1.5)]  # done at 121, merged 121.5
-    assert _coming(plan, 95.0, 4.0) == []  # runs 95-99; cq1: 99-100, 120-121, 121.5 <= 125
-    assert _coming(plan, 95.0, 2.0) == []  # cq1's first batch is ready after this one is done
+    assert coming(plan, 95.0, 4.0) == []  # runs 95-99; cq1: 99-100, 120-121, 121.5 <= 125
+    assert coming(plan, 95.0, 2.0) == []  # cq1's first batch is ready after this one is done
     # Late because its input is: this batch changes nothing, and is not held back.
     late = [entry(1, 98.0, 1.0, 2.5, deadline=121.2), entry(2, 120.0, 1.0, 1.5, deadline=121.2)]
-    assert _coming(late, 95.0, 4.0) == []  # 121.5 either way
-    assert [e["index"] for e in _coming(late, 95.0, 25.5)] == [1, 2]  # cq1 from 120.5: 123 > 121.5
+    assert coming(late, 95.0, 4.0) == []  # 121.5 either way
+    assert [e.index for e in coming(late, 95.0, 25.5)] == [1, 2]  # cq1 from 120.5: 123 > 121.5
     # Its first batch overdue by more than the grace: only the last one counts.
-    assert _coming(plan, 117.0, 4.0) == []  # 117-121; cq1's last 121-122, merged 122.5 <= 125
-    assert [e["index"] for e in _coming(plan, 117.0, 8.0)] == [2]  # 125-126, merged 126.5 > 125
+    assert coming(plan, 117.0, 4.0) == []  # 117-121; cq1's last 121-122, merged 122.5 <= 125
+    assert [e.index for e in coming(plan, 117.0, 8.0)] == [2]  # 125-126, merged 126.5 > 125
     # Planned with cost_scale 2: the gate reckons with half the planned seconds.
-    halved = [{**e, "cost": 2 * e["cost"], "remaining_cost": 2 * e["remaining_cost"], "cost_scale": 2.0}
-              for e in plan]
-    assert _coming(halved, 117.0, 4.0) == [] and [e["index"] for e in _coming(halved, 117.0, 8.0)] == [2]
+    halved = [e.with_(cost=2 * e.cost, remaining_cost=2 * e.remaining_cost, cost_scale=2.0) for e in plan]
+    assert coming(halved, 117.0, 4.0) == [] and [e.index for e in coming(halved, 117.0, 8.0)] == [2]
     claim_units(WindowState(tmp_path, "cq1", "w"), 2, ["000001"], [])
-    assert _coming(plan, 117.0, 8.0) == []  # claimed: it has its place at the gate
-
+    assert coming(plan, 117.0, 8.0) == []  # claimed: it has its place at the gate
 
 
 def test_queries_sharing_a_cluster_are_planned_jointly_earliest_deadline_first(tmp_path):

@@ -10,9 +10,11 @@ import os
 import pytest
 
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.runtime import (
-    QueryConfig, batch_ready, claim_batch, effective, expected_units, fire_at, plan_window, store_plan,
-)
+from airflow_iqp.window.config import QueryConfig
+from airflow_iqp.window.costs import expected_units
+from airflow_iqp.window.plan import plan_window, store_plan
+from airflow_iqp.window.readiness import batch_ready, claim_batch, fire_at
+from airflow_iqp.window.replan import effective
 from airflow_iqp.state import WindowState, atomic_write_json, read_claims
 from airflow_iqp.streams import Stream
 
@@ -59,11 +61,11 @@ def test_an_unknown_total_maps_checkpoints_and_a_last_batch_at_the_end_plus_grac
     wp = plan_window(cfg(tmp_path), START, START + 120, START + 150, now=START)
     assert "40 units expected (median of 3 earlier windows)" in wp.models
     last = wp.batches[-1]
-    assert last["last"] and last["known_total"] is False and last["ready_ts"] == START + 125
+    assert last.last and last.known_total is False and last.ready_ts == START + 125
     assert fire_at(last) == START + 125
-    checks = [b for b in wp.batches if b.get("spare")]
-    assert [b["latest_start_ts"] for b in checks] == [START + 40, START + 80]
-    assert [b["index"] for b in wp.batches] == list(range(1, len(wp.batches) + 1))
+    checks = [b for b in wp.batches if b.spare]
+    assert [b.latest_start_ts for b in checks] == [START + 40, START + 80]
+    assert [b.index for b in wp.batches] == list(range(1, len(wp.batches) + 1))
     assert wp.cost_model == {"kind": "linear", "per_unit": 0.05, "per_batch": 4.0}
 
 
@@ -79,7 +81,7 @@ def test_a_checkpoint_runs_a_batch_only_when_the_rest_would_not_fit_after_the_wi
     c = cfg(tmp_path, cost_hint={"kind": "linear", "per_unit": 0.3, "per_batch": 4}, grace=0.0)
     wp = plan_window(c, START, START + 120, START + 142, now=START)
     store_plan(wp)
-    assert [b["units"] for b in wp.batches if not b.get("spare")] == [40]
+    assert [b.units for b in wp.batches if not b.spare] == [40]
     landing = tmp_path / "landing"
     land(landing, [f"w-{i:03d}.csv" for i in range(13)], START + 20)       # on the estimate's pace
     check1 = wp.batches[0]
@@ -117,7 +119,7 @@ def test_thirty_percent_fewer_units_lose_nothing(tmp_path):
 
 
 def test_the_late_batch_of_the_window_before_fires_lateness_after_its_end_and_claims_what_is_left(tmp_path):
-    from airflow_iqp.runtime import late_entry
+    from airflow_iqp.window.accounting import late_entry
 
     c = cfg(tmp_path, units=12, late="merge", lateness=15.0)
     assert late_entry(c, START + 120, START + 240) is None                      # nothing planned before
@@ -126,18 +128,18 @@ def test_the_late_batch_of_the_window_before_fires_lateness_after_its_end_and_cl
     assert late_entry(cfg(tmp_path, units=12), START + 120, START + 240) is None  # late="record"
     entry = late_entry(c, START + 120, START + 240)
     last = wp.batches[-1]
-    assert entry["late"] and entry["last"] and entry["index"] == last["index"] + 1
-    assert entry["window_id"] == wp.window_id and entry["ready_ts"] == START + 120 + 5 + 15
-    assert fire_at(entry) == entry["ready_ts"] and batch_ready(entry, entry["ready_ts"] - 1) is None
+    assert entry.late and entry.last and entry.index == last.index + 1
+    assert entry.window_id == wp.window_id and entry.ready_ts == START + 120 + 5 + 15
+    assert fire_at(entry) == entry.ready_ts and batch_ready(entry, entry.ready_ts - 1) is None
     land(tmp_path / "landing", [f"w-{i}.csv" for i in range(12)], START + 50)
     for b in wp.batches:
         claim_batch(b, START + 121)
     land(tmp_path / "landing", ["w-late-1.csv", "w-late-2.csv"], START + 130)
     # Not before the window's first revision is written (its final step may still run) ...
-    assert batch_ready(entry, entry["ready_ts"]) is None
-    assert batch_ready(entry, entry["deadline_ts"] + 15) == "time"   # ... unless it never is
+    assert batch_ready(entry, entry.ready_ts) is None
+    assert batch_ready(entry, entry.deadline_ts + 15) == "time"   # ... unless it never is
     atomic_write_json(WindowState(c.state_dir, "rev", wp.window_id).result_manifest, {"units": []})
-    assert batch_ready(entry, entry["ready_ts"]) == "time"
+    assert batch_ready(entry, entry.ready_ts) == "time"
     assert sorted(claim_batch(entry)["units"]) == ["w-late-1.csv", "w-late-2.csv"]
     with pytest.raises(ConfigError, match="'record' or 'merge'"):
         cfg(tmp_path, late="drop")

@@ -19,7 +19,8 @@ import pytest
 from tests.reference import assert_same_rows, duckdb_reference
 
 from iqp_dev.local_airflow import free_port
-from airflow_iqp.runtime import QueryConfig, cost_models
+from airflow_iqp.window.config import QueryConfig
+from airflow_iqp.window.costs import cost_models
 from airflow_iqp.spark.batch_job import execute_batch
 from airflow_iqp.spark.calibrate import calibrate, default_sizes
 from airflow_iqp.spark.connect import (

@@ -150,21 +150,22 @@ def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_u
     import threading
     import time
 
-    from airflow_iqp.runtime import claim_batch, split_tail
     from airflow_iqp.spark.final_job import run_tail
+    from airflow_iqp.window.readiness import claim_batch, split_tail
+    from tests.batches import make_batch
 
     qid, static = "cq3", str(tpch_dir / "static")
     landing, state = tmp_path / "landing", tmp_path / "state"
     landing.mkdir()
     now = time.time()
     far = now + 3600  # no batch fires on time alone here: each waits for its units
-    entries = [{"query": qid, "window_id": "w", "index": i, "of": 3, "units": n, "cumulative": c,
-                "expected_total": len(units), "last": i == 3, "ready_ts": now + r, "latest_start_ts": far,
-                "deadline_ts": far, "landing": str(landing), "state_dir": str(state), "static": static,
-                "cost": 1.0, "label": f"batch {i}/3"} for i, n, c, r in ((1, 2, 2, 0.0), (2, 2, 4, 1.0), (3, 2, 6, 2.0))]
-    entries[-1]["turn_ts"] = now + 30  # ``ahead``: without the gate it would wait for this
+    entries = [make_batch(query=qid, window_id="w", index=i, of=3, units=n, cumulative=c, expected_total=len(units),
+                          last=i == 3, ready_ts=now + r, latest_start_ts=far, deadline_ts=far, landing=str(landing),
+                          state_dir=str(state), static=static, cost=1.0, label=f"batch {i}/3")
+               for i, n, c, r in ((1, 2, 2, 0.0), (2, 2, 4, 1.0), (3, 2, 6, 2.0))]
+    entries[-1] = entries[-1].with_(turn_ts=now + 30)  # ``ahead``: without the gate it would wait for this
     mapped, tail = split_tail(entries, lead=1.5)
-    assert [b["index"] for b in mapped] == [1] and [b["index"] for b in tail["before"]] == [2]
+    assert [b.index for b in mapped] == [1] and [b.index for b in tail.before] == [2]
     for u in units[:3]:
         shutil.copytree(u, landing / u.name)
     claim_batch(mapped[0])  # the mapped batch's sensor: the 3 units there are

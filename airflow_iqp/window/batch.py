@@ -1,0 +1,128 @@
+"""The contract between tasks: one planned batch of one window (:class:`Batch`).
+
+The plan task writes one per batch; the sensor, the trigger, the batch task, the final
+task and the Spark jobs read it. Inside the provider it is this frozen dataclass; it
+becomes plain JSON only where Airflow needs JSON (XCom, a trigger's kwargs, a Spark job's
+argument, ``plan.json``), and is validated when it comes back (:meth:`Batch.from_dict`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.state import WindowState
+from airflow_iqp.streams import TPCH, Stream
+
+_NUMBER = (int, float)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch of a window's plan, on the clock (Unix seconds)."""
+
+    query: str
+    window_id: str
+    index: int                 #: 1-based position in the window's plan
+    of: int                    #: batches in the plan
+    units: int                 #: planned units (0: a checkpoint, or "the rest")
+    cumulative: int            #: planned units up to and including this batch
+    expected_total: int        #: units expected in the window
+    last: bool
+    ready_ts: float            #: when its planned units are due
+    latest_start_ts: float     #: its latest safe start
+    cost: float                #: planned seconds
+    remaining_cost: float      #: planned seconds from this batch to the result, merge included
+    deadline_ts: float
+    landing: str
+    state_dir: str
+    backend: str
+    label: str                 #: its name in the UI
+    static: str | dict | None = None
+    streams: tuple[dict, ...] | None = None  #: ``Stream.to_dict()`` each; None: the TPC-H layout
+    backfill: bool = False
+    known_total: bool = True   #: False: the window's total is estimated and re-planned
+    grace: float = 0.0
+    cost_scale: float = 1.0    #: the plan's pessimism over the calibrated costs
+    turn_ts: float = 0.0       #: not before this (queries due earlier have the cluster)
+    spare: bool = False        #: a checkpoint or a dynamic-mode spare
+    skip: bool = False         #: a re-plan gave it nothing
+    max_units: int | None = None  #: a MinBatch claims at most this many
+    late: bool = False         #: the late batch of the window before
+    window_start_ts: float | None = None  #: with ``late``: that window's start
+    lateness: float = 0.0
+    start_ts: float | None = None         #: a fused tail: when the final task starts
+    before: tuple["Batch", ...] = ()      #: a fused tail: the batches it runs first
+
+    def __post_init__(self):
+        if self.index < 1 or self.of < 1:
+            raise ConfigError(f"batch index and count must be >= 1, got {self.index}/{self.of}", "batch")
+
+    # ------------------------------------------------------------------ derived
+
+    def window_state(self) -> WindowState:
+        """The state of the window this batch belongs to."""
+        return WindowState(self.state_dir, self.query, self.window_id)
+
+    def stream_list(self) -> tuple[Stream, ...]:
+        """The streams the batch reads (the TPC-H layout by default)."""
+        return tuple(Stream.from_dict(s) for s in self.streams) if self.streams else TPCH
+
+    def with_(self, **changes) -> "Batch":
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------- JSON
+
+    def to_dict(self) -> dict:
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "before":
+                value = [b.to_dict() for b in value]
+            elif f.name == "streams" and value is not None:
+                value = list(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, value: Any) -> "Batch":
+        """A batch from its JSON form, checked: every required field present, no unknown
+        one, numbers and flags of the right kind. A :class:`Batch` passes through."""
+        if isinstance(value, Batch):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"expected one entry of the plan task's output, got {value!r}", "batch")
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(value) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown field(s) {', '.join(unknown)} in a plan entry", "batch")
+        required = [n for n, f in known.items()
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        missing = [n for n in required if n not in value]
+        if missing:
+            raise ConfigError(f"a plan entry lacks {', '.join(missing)}", "batch")
+        for name in ("index", "of", "units", "cumulative", "expected_total"):
+            if not isinstance(value[name], int) or isinstance(value[name], bool):
+                raise ConfigError(f"{name} must be a whole number, got {value[name]!r}", "batch")
+        for name in ("ready_ts", "latest_start_ts", "cost", "remaining_cost", "deadline_ts"):
+            if not isinstance(value[name], _NUMBER) or isinstance(value[name], bool):
+                raise ConfigError(f"{name} must be a number of seconds, got {value[name]!r}", "batch")
+        for name in ("last", "backfill", "known_total", "spare", "skip", "late"):
+            if name in value and not isinstance(value[name], bool):
+                raise ConfigError(f"{name} must be true or false, got {value[name]!r}", "batch")
+        data = dict(value)
+        if data.get("streams") is not None:
+            data["streams"] = tuple(data["streams"])
+        data["before"] = tuple(cls.from_dict(b) for b in data.get("before") or ())
+        if data.get("turn_ts") is None:
+            data["turn_ts"] = 0.0
+        return cls(**data)
+
+
+def batches_from(values: Any) -> list[Batch]:
+    """A list of plan entries (an XCom value) as batches."""
+    if values is None:
+        return []
+    return [Batch.from_dict(v) for v in values]

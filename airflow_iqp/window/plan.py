@@ -1,0 +1,255 @@
+"""Plan one window: Algorithm 1, the exact planner, MinBatches or one batch, as plan entries on the clock."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.planning.exact import MAX_UNITS, plan_exact
+from airflow_iqp.planning.minbatch import min_batch_size
+from airflow_iqp.planning.models import Busy, CostModel, EmpiricalArrival, FinalAggCost, LinearCost, LinearFinalAgg
+from airflow_iqp.planning.planner import IDLE, Plan, build_plan, executed, plan_batches
+from airflow_iqp.planning.report import format_plan
+from airflow_iqp.state import WindowState, atomic_write_json, list_ready_units
+from airflow_iqp.window.batch import Batch
+from airflow_iqp.window.config import QueryConfig, clock, window_id
+from airflow_iqp.window.costs import (
+    arrival_offsets_hint, cost_models, expected_units, observed_offsets, streams_of, tail_startup,
+)
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """A plan for one window, on the clock, and the entries the DAG maps over."""
+
+    query: str
+    state_dir: str
+    window_id: str
+    window_start: float
+    window_end: float
+    deadline: float
+    planned_at: float
+    plan: Plan
+    batches: list[Batch]
+    backfill: bool
+    models: str
+    #: The models planned with (``to_dict``), for the re-plans of a window whose total is unknown.
+    cost_model: dict | None = None
+    final_agg_model: dict | None = None
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in asdict(self).items() if k not in ("plan", "batches")}
+        d["plan"] = self.plan.to_dict()
+        d["batches"] = [b.to_dict() for b in self.batches]
+        return d
+
+
+def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadline: float,
+                now: float | None = None) -> WindowPlan:
+    """Plan one window: Algorithm 1 (or MinBatches), or one batch if its input is complete already."""
+    now = time.time() if now is None else now
+    if window_end <= window_start:
+        raise ConfigError(f"the window ends ({window_end}) before it starts ({window_start})", "window")
+    if deadline < window_end:
+        raise ConfigError(f"the deadline ({deadline}) is before the window end ({window_end})", "deadline_offset")
+    length = window_end - window_start
+    arrived = len(list_ready_units(cfg.landing, streams_of(cfg)))
+    known = cfg.units is not None
+    if known:
+        backfill, estimate = now >= window_end and arrived >= cfg.units, ""
+    else:  # a total that is not known: estimated, and checked at every batch (replan)
+        backfill = now >= window_end + cfg.grace and arrived > 0
+        total, source = (arrived, "the units present") if backfill else expected_units(cfg, length, now)
+        cfg = replace(cfg, units=total)
+        estimate = f"; {total} units expected ({source})"
+    if cfg.ahead and not cfg.ahead < deadline - window_end:
+        raise ConfigError(f"the queries ahead of this one ({cfg.ahead:g} s) leave it no time before its deadline "
+                          f"({deadline - window_end:g} s after the window's end); give less, or a later deadline",
+                          "ahead")
+    busy, shared = IDLE, ""
+    if cfg.shares and not backfill:
+        # Joint planning: the queries due before this one, earliest deadline first, each in
+        # the executor time the ones before it leave; this window gets what is left.
+        own = (deadline - window_end, cfg.query)
+        before = sorted((off, q) for q, off in cfg.shares.items() if q != cfg.query and (off, q) < own)
+        # Whole batches: the cluster gate (cluster_turn) runs one batch at a time and takes
+        # none back, so a batch planned across another query's turn would wait for a gap.
+        busy = Busy(whole=True)
+        for off, q in before:
+            other, *_ = _plan(replace(cfg, query=q, shares={}), length, window_end - window_start + off, False, 0.0,
+                              busy)
+            busy = busy.plus(executed(other, busy))
+        shared = (f"; planned after {', '.join(q for _o, q in before)} on the same cluster "
+                  f"({sum(e - s for s, e in busy.intervals):.1f} s of theirs)" if before else "")
+    # Queries due earlier have the cluster for ``ahead`` seconds after the window's end: this
+    # window's work after its end gets what is left of the deadline.
+    rel_deadline = deadline - window_start - cfg.ahead
+    plan, models, cost, agg = _plan(cfg, length, rel_deadline, backfill, now - window_start, busy)
+    models += shared + estimate
+    batches = batch_entries(cfg, plan, window_start, window_end, deadline, backfill, known or backfill)
+    if cfg.mode == "dynamic" and not backfill:
+        batches = _dynamic_entries(cfg, batches)
+    elif not known and not backfill and cfg.mode == "plan":
+        batches = _checkpoint_entries(batches, window_start, window_end)
+    return WindowPlan(query=cfg.query, state_dir=cfg.state_dir, window_id=window_id(window_start),
+                      window_start=window_start,
+                      window_end=window_end, deadline=deadline, planned_at=now, plan=plan, batches=batches,
+                      backfill=backfill, models=models, cost_model=_json_model(cost),
+                      final_agg_model=_json_model(agg))
+
+
+def _json_model(model) -> dict | None:
+    try:
+        return model.to_dict()
+    except ConfigError:  # a model built in code has no JSON form: no re-plans
+        return None
+
+
+#: Checkpoints mapped beside the plan's batches for a window whose total is unknown, evenly
+#: through the window: each re-plans with what has arrived, and runs a batch only if the
+#: rest would no longer fit the deadline (:func:`replan`).
+CHECKPOINTS = 2
+
+
+def _checkpoint_entries(entries: list[Batch], window_start: float, window_end: float) -> list[Batch]:
+    """A window of unknown total: the plan's batches and :data:`CHECKPOINTS` checkpoints, in
+    time order, then the last batch."""
+    head, last = entries[:-1], entries[-1]
+    length = window_end - window_start
+    at = [window_start + length * (j + 1) / (CHECKPOINTS + 1) for j in range(CHECKPOINTS)]
+    checks = [replace(last, last=False, spare=True, units=0, ready_ts=t, latest_start_ts=t) for t in at]
+    ordered = sorted(head + checks, key=lambda e: e.latest_start_ts) + [last]
+
+    def label(i: int, e: Batch) -> str:
+        what = "checkpoint" if e.spare else f"{e.units} units" if not e.last else "the rest"
+        return f"batch {i}/{len(ordered)} · {what} · ready {clock(e.ready_ts)}"
+
+    return [replace(e, index=i, of=len(ordered), label=label(i, e)) for i, e in enumerate(ordered, start=1)]
+
+
+def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, rel_now: float,
+          busy) -> tuple[Plan, str, CostModel, FinalAggCost]:
+    """One query's plan on the window's axis (0 = its start), in the executor time ``busy``
+    leaves; where its models came from; and the models."""
+    cost, agg, models = cost_models(cfg)
+    offsets = (observed_offsets(cfg) if cfg.arrival == "observed" else None) or arrival_offsets_hint(cfg, length)
+    arrival = EmpiricalArrival(tuple(min(o, length) for o in offsets))
+    if backfill:
+        # Everything is there: one batch, ready now. The deadline (long past for an old
+        # window) is the planner's business only to say whether it is met.
+        plan = build_plan([cfg.units], EmpiricalArrival((rel_now,) * cfg.units), cost, agg, rel_now,
+                          max(rel_deadline, rel_now))
+        models += "; backfill: the window's input is complete, one batch"
+    elif cfg.mode == "dynamic":
+        plan = _minbatch_plan(cfg, arrival, cost, agg, length, rel_deadline, busy)
+        models += f"; dynamic: MinBatches for rsf {cfg.rsf}"
+    elif cfg.mode == "one_batch":
+        plan = build_plan([cfg.units], arrival, cost, agg, length, rel_deadline, method="one_batch", busy=busy)
+        models += "; one_batch: the whole window after its end"
+    else:
+        # A fused tail's task is started before the window's end (tail_lead), so the last
+        # batch's fixed start (dispatch; on spark-submit its JVM too), which its cost
+        # includes, can be over by then: to the planner the last batch is "ready" that much
+        # earlier. The batch before it must then be done that long before the window's end,
+        # for the final task to start in time.
+        end = length + cfg.grace - tail_startup(cfg, cost)
+        if end < length:  # units due after that are the last batch's anyway
+            arrival = EmpiricalArrival(tuple(min(o, end) for o in arrival.times))
+        # Function 1 gives the fewest batches for linear models only: other models get the
+        # exact planner, in at most MAX_UNITS planning units. (It cannot plan whole batches
+        # around the turns of queries due earlier: Function 1 does.)
+        exact = not (isinstance(cost, LinearCost) and isinstance(agg, LinearFinalAgg) or busy.whole and busy.intervals)
+
+        def planned(by: float) -> Plan:
+            if exact:
+                return plan_exact(arrival, cost, agg, end, by, busy, max_units=MAX_UNITS)
+            return plan_batches(arrival, cost, agg, end, by, busy)
+
+        # Cut the batches against the deadline less the margin, then state their latest
+        # starts and feasibility against the true deadline: each batch keeps at least
+        # the margin between its input being ready and its latest safe start.
+        sized = planned(max(length, rel_deadline - cfg.margin))
+        plan = build_plan(sized.sizes, arrival, cost, agg, end, rel_deadline, busy=busy, method=sized.method)
+        if exact:
+            plan.extra.update(sized.extra)
+        if not plan.feasible:
+            plan = planned(rel_deadline)
+    return plan, models, cost, agg
+
+
+def _minbatch_plan(cfg, arrival, cost, agg, length, rel_deadline, busy) -> Plan:
+    """Section 4's dynamic mode: cut the window into MinBatches (at most ``max_batches``)."""
+    mb = min_batch_size(cost, agg, cfg.units, cfg.rsf, cfg.c_max)
+    size = max(mb.size, -(-cfg.units // cfg.max_batches))
+    sizes = [size] * (cfg.units // size) + ([cfg.units % size] if cfg.units % size else [])
+    plan = build_plan(sizes, arrival, cost, agg, length, rel_deadline, method="minbatch", busy=busy)
+    plan.extra["min_batch"] = mb.to_dict()
+    return plan
+
+
+def _dynamic_entries(cfg: QueryConfig, entries: list[Batch]) -> list[Batch]:
+    """Dynamic mode's mapping: one entry per MinBatch, then spares up to ``max_batches``.
+
+    A mapped task's count is fixed when it expands, so the plan maps an upper bound. A
+    MinBatch fires when its units have arrived or when its estimated input time (the
+    arrival model's time for them, section 4.4) has come, and claims at most its size
+    (``max_units``); a slow stream makes batches fire with fewer units, and the spares
+    take the rest at the last batch's latest start. Spares that find nothing to claim skip.
+    """
+    out = []
+    for e in entries[:-1]:
+        out.append(replace(e, latest_start_ts=min(e.ready_ts, e.latest_start_ts), max_units=e.units))
+    last = entries[-1]
+    spares = max(0, cfg.max_batches - len(entries))
+    for j in range(spares + 1):
+        index = len(entries) + j
+        out.append(replace(last, index=index, last=j == spares, spare=j > 0,
+                           label=f"batch {index}/{len(entries) + spares}{' (spare)' if j else ''} · "
+                                 f"{last.units if not j else 'rest'} units · ready {clock(last.ready_ts)}"))
+    return [replace(e, of=len(out)) for e in out]
+
+
+def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, window_end: float, deadline: float,
+                  backfill: bool, known: bool = True) -> list[Batch]:
+    """One :class:`Batch` per batch: what the sensor, the submit task and the priority strategies read.
+
+    With ``cfg.ahead`` the last batch has ``turn_ts``, the window's end plus ``ahead``: it
+    does not fire before then, and its latest start is that much later than planned.
+    """
+    k = len(plan.batches)
+    out = []
+    remaining = plan.total_cost
+    for b in plan.batches:
+        ready, latest, turn = window_start + b.ready, window_start + b.latest_start, 0.0
+        if b.index == k and not backfill:
+            # A fused tail is planned "ready" its start-up before the window's end (the task
+            # and, on spark-submit, its JVM start during the lead); its input is not complete
+            # before the window's end, and it must not fire on time alone before then.
+            ready = max(ready, window_end + cfg.grace)
+            if cfg.ahead:
+                latest += cfg.ahead
+                turn = window_end + cfg.ahead
+        out.append(Batch(
+            query=cfg.query, window_id=window_id(window_start), index=b.index, of=k, units=b.units,
+            cumulative=b.cumulative, expected_total=cfg.units, last=b.index == k, ready_ts=ready,
+            latest_start_ts=latest, cost=b.cost, remaining_cost=remaining, deadline_ts=deadline,
+            landing=cfg.landing, state_dir=cfg.state_dir, static=cfg.static,
+            streams=tuple(cfg.streams) if cfg.streams else None, known_total=known, grace=cfg.grace,
+            backend=cfg.backend, backfill=backfill, cost_scale=cfg.cost_scale, turn_ts=turn,
+            label=f"batch {b.index}/{k} · {b.units} units · ready {clock(ready)}",
+        ))
+        remaining -= b.cost
+    return out
+
+
+def format_window_plan(wp: WindowPlan) -> str:
+    head = (f"{wp.query} window {wp.window_id}: [{clock(wp.window_start)}, {clock(wp.window_end)}], "
+            f"deadline {clock(wp.deadline)}; {wp.models}")
+    return head + "\n" + format_plan(wp.plan, fmt_time=lambda t: clock(wp.window_start + t))
+
+
+def store_plan(wp: WindowPlan) -> Path:
+    """``STATE/<query>/<window>/plan.json``: what was planned, to compare with what ran."""
+    return atomic_write_json(WindowState(wp.state_dir, wp.query, wp.window_id).root / "plan.json", wp.to_dict())
+

@@ -1,0 +1,170 @@
+"""When a batch may start, and its claim: the paper's dynamic rule (section 4.4), and the fused tail's wait."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from airflow_iqp.state import claim_units, count_landed, list_ready_units, note_seen, read_claims, read_json
+from airflow_iqp.streams import files_of
+from airflow_iqp.window.batch import Batch
+from airflow_iqp.window.replan import effective, replan, replan_after
+
+#: The last batch gives units due at the window's end this long to land before it fires
+#: on time alone: firing a moment before them would leave them late for nothing.
+LAST_UNIT_GRACE_S = 2.0
+
+#: With a fused tail the final task starts this long before the window's end (default of
+#: ``iqp_dag(tail_lead=...)``): enough for Airflow to start the task and for it to open its
+#: Spark session, so that after the window's end only the work remains. Batches ready after
+#: it starts run in it too (:func:`split_tail`).
+TAIL_LEAD_S = 5.0
+#: On spark-submit the fused tail's job also starts a JVM and its session before the window's
+#: end: this much more lead. A longer lead is not free: it holds a worker, and on a small
+#: cluster more queries' JVMs then start at once and slow each other down.
+TAIL_LEAD_JVM_S = 10.0
+
+
+def tail_lead(backend: str) -> float:
+    """The default lead of a fused tail's task on ``backend`` (``iqp_dag(tail_lead=...)``)."""
+    return TAIL_LEAD_S + (TAIL_LEAD_JVM_S if backend == "spark-submit" else 0.0)
+
+
+#: How often the fused tail's task looks at the landing directory while it waits, and a
+#: batch next in line at the gate looks for its turn: with tight deadlines a tenth of a
+#: second after the window's end matters.
+TAIL_POLL_S = 0.02
+#: A batch with others ahead of it at the gate looks this many times less often: only the
+#: one next in line needs to be quick, and eight tasks polling 50 times a second would take
+#: a good part of a core from the batch that runs.
+BEHIND_POLL_FACTOR = 10
+
+
+def fire_at(batch: Batch) -> float:
+    """When a batch fires on time alone: its latest safe start, and for the last batch not
+    before its planned ready time (the window's last arrival) plus :data:`LAST_UNIT_GRACE_S`.
+    The last batch of a window whose total is unknown fires at its ready time: the window's
+    end plus ``grace``."""
+    batch = effective(batch)
+    if batch.late or (batch.last and not batch.known_total):
+        return max(batch.ready_ts, batch.turn_ts)
+    if batch.last:
+        return max(batch.latest_start_ts, batch.ready_ts + LAST_UNIT_GRACE_S, batch.turn_ts)
+    return batch.latest_start_ts
+
+
+def batch_ready(batch: Batch, now: float, arrived: int | None = None) -> str | None:
+    """Why the batch may start now, or None: the paper's dynamic rule, whichever comes first.
+
+    ``"units"``: its planned units have arrived (for the last batch, all of the window's)
+    and the batch before it has claimed; ``"time"``: its latest safe start has come
+    (:func:`fire_at`). Never before the batch's turn on a shared cluster (``turn_ts``,
+    see ``QueryConfig.ahead``).
+    """
+    batch = effective(batch)
+    if now < batch.turn_ts:
+        return None
+    if batch.late:  # after its time, and once the window's first revision is written
+        written = batch.window_state().result_manifest.exists()
+        due = now >= fire_at(batch) and (written or now >= batch.deadline_ts + batch.lateness)
+        return "time" if due else None
+    if batch.skip:  # the re-plan gave it nothing: it passes once the one before it claimed
+        return "skip" if _previous_decided(batch) else ("time" if now >= fire_at(batch) else None)
+    if now >= fire_at(batch):
+        return "time"
+    if batch.spare or batch.late or (batch.last and not batch.known_total):
+        return None  # a checkpoint, a late batch, and the last batch of an unknown total fire on time
+    needed = batch.expected_total if batch.last else batch.cumulative
+    if arrived is None:
+        # Many tasks poll near the window's end: count the landing directory's entries
+        # (one listing) before the full, per-stream listing of complete units.
+        if count_landed(batch.landing) < needed:
+            return None
+        listed = list_ready_units(batch.landing, batch.stream_list())
+        note_seen(batch.window_state(), [u.name for u in listed], now)
+        arrived = len(listed)
+    if arrived < needed:
+        return None
+    if not _previous_decided(batch):
+        return None
+    return "units"
+
+
+def _previous_decided(batch: Batch) -> bool:
+    """The batch before this one has claimed (and, for an unknown total, re-planned after it)."""
+    if batch.index <= 1:
+        return True
+    ws = batch.window_state()
+    previous = ws.claim_path(batch.index - 1)
+    if not previous.exists():
+        return False
+    if batch.known_total or not read_json(previous).get("units"):
+        return True
+    return replan_after(ws) >= batch.index - 1
+
+
+def tail_started(tail: Batch, now: float) -> str | None:
+    """``"lead"`` once a fused tail's final task is due to start (its ``start_ts``,
+    :func:`split_tail`), else None: what the wait before that task fires on."""
+    return "lead" if now >= tail.start_ts else None
+
+
+def split_tail(entries: list[Batch], lead: float) -> tuple[list[Batch], Batch | None]:
+    """(the batches mapped as tasks, the fused tail) of a plan whose final task runs its last batch.
+
+    The final task starts ``lead`` seconds before the last batch's input is complete (its
+    ready time, the window's end): the tail is the last entry with that time (``start_ts``)
+    and the batches ready after it (``before``), which the final task runs too, in order, on
+    its own open session: past that point no batch waits for a task to start.
+    """
+    if not entries:
+        return [], None
+    *earlier, last = entries
+    start = last.ready_ts - lead
+    k = len(earlier)
+    while k and earlier[k - 1].ready_ts >= start:
+        k -= 1
+    return earlier[:k], last.with_(start_ts=start, before=tuple(earlier[k:]))
+
+
+def wait_and_claim(batch: Batch, poll: float = TAIL_POLL_S, sleep: Any = time.sleep) -> dict:
+    """In the final task of a fused tail: wait in process until a batch may start, then claim for it.
+
+    The task started before the batch's input is complete, so what is left to wait is
+    short; it polls the landing directory every ``poll`` seconds (a directory listing),
+    and at most once a second until a second before the batch's planned ready time (a
+    task started a minute early does not list the directory 1200 times). The wait ends at
+    the batch's fire time at the latest, when :func:`batch_ready` says ``"time"``. Returns
+    the claim manifest (a retry re-reads the same claim).
+    """
+    if not batch.window_state().claim_path(batch.index).exists():
+        while batch_ready(batch, time.time()) is None:
+            sleep(max(poll, min(1.0, batch.ready_ts - 1.0 - time.time())))
+    return claim_batch(batch)
+
+
+def claim_batch(batch: Batch, now: float | None = None) -> dict:
+    """Claim every arrived, unclaimed unit for this batch (once: a retry re-reads the claim).
+
+    A MinBatch of dynamic mode claims at most its size (``max_units``).
+    """
+    batch = effective(batch)
+    ws = batch.window_state()
+    if ws.claim_path(batch.index).exists():
+        return read_json(ws.claim_path(batch.index))
+    if batch.skip:
+        return claim_units(ws, batch.index, [], [])
+    taken = {u for m in read_claims(ws).values() for u in m.get("units", [])}
+    streams = batch.stream_list()
+    listed = list_ready_units(batch.landing, streams)
+    seen = note_seen(ws, [u.name for u in listed], now)
+    units = [p for p in listed if p.name not in taken]
+    if batch.max_units is not None:  # a MinBatch takes its size, oldest units first
+        units = units[: batch.max_units]
+    if not batch.known_total and not batch.last:
+        run_now, _doc = replan(batch, len(taken), len(units), time.time() if now is None else now)
+        if not run_now:
+            units = []
+    return claim_units(ws, batch.index, [p.name for p in units], files_of(units, streams), arrived=seen)
+
+
