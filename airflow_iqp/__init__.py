@@ -8,6 +8,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+# The settings of iqp_dag: pure Python, so importing them here keeps this module free of both.
+from airflow_iqp.options import (  # noqa: E402
+    Alerts, Algorithm1, Arrival, MinBatches, OneBatch, SparkConnect, SparkSubmit,
+)
+
 
 def get_provider_info() -> dict:
     """Provider metadata, read by Airflow through the ``apache_airflow_provider`` entry point.

@@ -1,0 +1,395 @@
+"""A recurring query's settings, as a few typed objects: each checks itself and is documented once.
+
+::
+
+    iqp_dag(sql=..., name=..., streams=..., window=..., deadline_offset=...,
+            arrival=Arrival(units=240),          # how input arrives
+            cut=Algorithm1(margin=10),           # how a window is cut: or MinBatches(), OneBatch()
+            backend=SparkSubmit(pool="spark"),   # which backend runs it: or SparkConnect()
+            alerts=Alerts(on_miss=...))          # what happens when a deadline is at risk or missed
+
+Each object refuses a bad value, or a combination that makes no sense, when it is built,
+with a :class:`~airflow_iqp.errors.ConfigError` whose ``field`` names the setting to fix
+(``cut.ahead``, ``backend.tail_slots``). :meth:`query_config` gives an object's part of
+the runtime's flat ``QueryConfig``.
+
+Times are seconds (a number) or a ``timedelta``; they are stored as float seconds.
+Pure Python: no Airflow and no Spark imports.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.inputs.profiles import PROFILES
+from airflow_iqp.planning.models import cost_model_from_dict, final_agg_from_dict
+
+#: A fused tail's task starts this long before the window's end by default: enough for
+#: Airflow to start it and for it to open its Spark session.
+TAIL_LEAD_S = 5.0
+#: On spark-submit the fused tail's job also starts a JVM before the window's end: this
+#: much more lead by default.
+TAIL_LEAD_JVM_S = 10.0
+
+
+def _set(obj, name: str, value) -> None:  # a frozen dataclass's normalised field
+    object.__setattr__(obj, name, value)
+
+
+def _seconds(value, field: str, *, optional: bool = False) -> float | None:
+    """Seconds >= 0 from a number or a timedelta (None only if ``optional``)."""
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    return _number(value, field, low=0, strict=False, optional=optional, unit=" seconds (or a timedelta)")
+
+
+def _number(value, field: str, *, low: float, strict: bool, optional: bool = False, unit: str = "") -> float | None:
+    if value is None and optional:
+        return None
+    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+          and (value > low if strict else value >= low))
+    if not ok:
+        raise ConfigError(f"must be a number {'>' if strict else '>='} {low:g}{unit}, got {value!r}", field)
+    return float(value)
+
+
+def _whole(value, field: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"must be a whole number >= {low}, got {value!r}", field)
+    return value
+
+
+def _flag(value, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"must be True or False, got {value!r}", field)
+    return value
+
+
+def _name(value, field: str, what: str) -> str | None:
+    """An optional non-empty string (a connection id, a pool, a class path)."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        raise ConfigError(f"must be {what}, got a dict: Spark conf goes in SparkSubmit(conf={{...}}); "
+                          f"a Spark Connect server takes its conf when it is started", field)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"must be {what}, got {value!r}", field)
+    return value
+
+
+def expect(value, kind: type, field: str, choices: str):
+    """``value`` if it is a ``kind``; else a ConfigError that says which objects to give."""
+    if isinstance(value, kind):
+        return value
+    got = f"the string {value!r}" if isinstance(value, str) else f"a {type(value).__name__}"
+    raise ConfigError(f"must be {choices} (from airflow_iqp.options), got {got}", field)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Arrival:
+    """How a window's input arrives.
+
+    :param units: units per window, if known. Without it the count is estimated: the median
+        of earlier windows' counts, or ``rate`` times the window for the first; the plan is
+        checked against what has arrived at checkpoints through the window, and the last
+        batch takes everything present at the window's end plus ``grace``.
+    :param rate: the arrival hint, units per second (default: ``units`` over the window).
+    :param profile: the hint's shape over the window: ``"fixed"`` (a constant rate),
+        ``"faster"``, ``"bursty"``, ``"slower"``, ``"late"`` or ``"stalled"``
+        (:mod:`airflow_iqp.inputs.profiles`).
+    :param observed: plan with the previous window's observed arrivals instead of the hint
+        (the hint still serves the first window).
+    :param grace: how long after the window's end units may still land for the last batch.
+    :param late: units that land after the last claim are recorded (``"record"``:
+        ``late.json``, the result marked partial), or also merged (``"merge"``): the next
+        window's run claims them ``lateness`` after this window's end plus ``grace``,
+        computes them and writes this window's result again as a new revision, and the
+        result's Asset event fires again. The deadline stays that of the first revision.
+    :param lateness: with ``late="merge"``, how long after ``grace`` late units are waited for.
+    """
+
+    units: int | None = None
+    rate: float | None = None
+    profile: str = "fixed"
+    observed: bool = False
+    grace: float | dt.timedelta = 0.0
+    late: str = "record"
+    lateness: float | dt.timedelta = 0.0
+
+    def __post_init__(self):
+        if self.units is not None:
+            _whole(self.units, "arrival.units", 1)
+        _set(self, "rate", _number(self.rate, "arrival.rate", low=0, strict=True, optional=True,
+                                   unit=" units per second"))
+        if self.profile not in PROFILES:
+            raise ConfigError(f"must be one of {', '.join(PROFILES)}, got {self.profile!r}", "arrival.profile")
+        _flag(self.observed, "arrival.observed")
+        _set(self, "grace", _seconds(self.grace, "arrival.grace"))
+        if self.late not in ("record", "merge"):
+            raise ConfigError(f"must be 'record' or 'merge', got {self.late!r}", "arrival.late")
+        _set(self, "lateness", _seconds(self.lateness, "arrival.lateness"))
+        if self.lateness and self.late != "merge":
+            raise ConfigError("matters only with late='merge' (late units are then merged this long after the "
+                              "window's end plus grace)", "arrival.lateness")
+
+    def query_config(self) -> dict[str, Any]:
+        """This object's part of the runtime's ``QueryConfig``."""
+        return {"units": self.units, "rate": self.rate, "profile": self.profile,
+                "arrival": "observed" if self.observed else "hint", "grace": self.grace, "late": self.late,
+                "lateness": self.lateness}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cut:
+    """How a window is cut into batches: :class:`Algorithm1`, :class:`MinBatches` or
+    :class:`OneBatch`. What they share: the cost models to plan with before this query
+    and backend have a cost history (``airflow-iqp calibrate``, or measured batches).
+
+    :param cost_hint: one batch's cost, ``{"kind": "linear", "per_unit": s, "per_batch": s}``
+        or ``{"kind": "piecewise_linear", "points": [[units, s], ...]}``.
+    :param final_agg_hint: the final aggregation's cost for k partial results,
+        ``{"kind": "linear", "base": s, "per_batch": s}`` or piecewise linear.
+    :param cost_scale: plan with the costs times this: the load the deployment adds while a
+        window runs (Airflow, other queries, the input landing), which an idle calibration
+        does not see.
+    """
+
+    mode: ClassVar[str]
+
+    cost_hint: Mapping = field(default_factory=lambda: {"kind": "linear", "per_unit": 0.1, "per_batch": 20.0})
+    final_agg_hint: Mapping = field(default_factory=lambda: {"kind": "linear", "base": 20.0, "per_batch": 0.5})
+    cost_scale: float = 1.0
+
+    def __post_init__(self):
+        if type(self) is Cut:
+            raise ConfigError("give Algorithm1(), MinBatches() or OneBatch()", "cut")
+        if not isinstance(self.cost_hint, Mapping):
+            raise ConfigError(f"must be a dict with a 'kind', got {self.cost_hint!r}", "cut.cost_hint")
+        if not isinstance(self.final_agg_hint, Mapping):
+            raise ConfigError(f"must be a dict with a 'kind', got {self.final_agg_hint!r}", "cut.final_agg_hint")
+        _set(self, "cost_hint", dict(self.cost_hint))
+        _set(self, "final_agg_hint", dict(self.final_agg_hint))
+        cost_model_from_dict(self.cost_hint, "cut.cost_hint")
+        final_agg_from_dict(self.final_agg_hint, "cut.final_agg_hint")
+        _set(self, "cost_scale", _number(self.cost_scale, "cut.cost_scale", low=0, strict=True))
+
+    def query_config(self) -> dict[str, Any]:
+        """This object's part of the runtime's ``QueryConfig``."""
+        return {"mode": self.mode, "cost_hint": dict(self.cost_hint), "final_agg_hint": dict(self.final_agg_hint),
+                "cost_scale": self.cost_scale}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Algorithm1(Cut):
+    """The paper's Algorithm 1: the fewest, largest batches that meet the deadline. The last
+    batch runs after the window's end, earlier ones as soon as their input has arrived.
+
+    :param margin: seconds kept between a batch's input being ready and its latest safe
+        start, for what the plan does not model (noticing the input, claiming it, starting
+        the job).
+    :param shares: the other queries on this cluster over the same arriving units, query id
+        -> deadline offset (seconds or timedelta): the queries due before this one are
+        planned first, earliest deadline first, and this window is planned in the executor
+        time they leave (with their own calibrated cost models). Use with ``tail_slots``.
+    :param ahead: instead of ``shares``, a fixed reservation: seconds after the window's end
+        that the cluster is busy with the final work of queries due before this one; the
+        window is planned against its deadline less this, and its last batch waits for it.
+    """
+
+    mode: ClassVar[str] = "plan"
+
+    margin: float = 10.0
+    shares: Mapping[str, float | dt.timedelta] | None = None
+    ahead: float | dt.timedelta = 0.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        _set(self, "margin", _seconds(self.margin, "cut.margin"))
+        _set(self, "ahead", _seconds(self.ahead, "cut.ahead"))
+        if self.shares is not None:
+            if not isinstance(self.shares, Mapping) or not all(isinstance(q, str) and q for q in self.shares):
+                raise ConfigError(f"must map query ids to deadline offsets, got {self.shares!r}", "cut.shares")
+            _set(self, "shares", {q: _seconds(v, f"cut.shares.{q}") for q, v in self.shares.items()})
+        if self.shares and self.ahead:
+            raise ConfigError("give shares (plan with the other queries' work) or ahead (a fixed reservation "
+                              "after the window's end), not both", "cut.shares")
+
+    def query_config(self) -> dict[str, Any]:
+        return {**super().query_config(), "margin": self.margin, "ahead": self.ahead,
+                "shares": dict(self.shares or {})}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinBatches(Cut):
+    """The paper's dynamic mode for many queries on one cluster (section 4): the window is
+    cut into MinBatches, the smallest batches whose extra cost stays within ``rsf``.
+
+    :param rsf: the resource slack factor δRSF: batching may cost at most ``1 + rsf`` times
+        one batch of the whole window.
+    :param c_max: seconds one batch may take at most (Cmax), or None for no cap.
+    :param max_batches: the most batches a window maps (a mapped task's count is fixed when
+        it expands): the MinBatches, then spares that take what a slow stream left.
+    """
+
+    mode: ClassVar[str] = "dynamic"
+
+    rsf: float = 0.5
+    c_max: float | None = None
+    max_batches: int = 16
+
+    def __post_init__(self):
+        super().__post_init__()
+        _set(self, "rsf", _number(self.rsf, "cut.rsf", low=0, strict=False))
+        _set(self, "c_max", _number(self.c_max, "cut.c_max", low=0, strict=True, optional=True, unit=" seconds"))
+        _whole(self.max_batches, "cut.max_batches", 1)
+
+    def query_config(self) -> dict[str, Any]:
+        return {**super().query_config(), "rsf": self.rsf, "c_max": self.c_max, "max_batches": self.max_batches}
+
+
+@dataclass(frozen=True, kw_only=True)
+class OneBatch(Cut):
+    """The whole window as one batch after its end: the baseline to compare against, on the
+    same deployment. With ``iqp_dag(sql=...)`` it also accepts a query that cannot be split
+    (an exact median, a window function over the stream), which then runs this way."""
+
+    mode: ClassVar[str] = "one_batch"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Backend:
+    """Which backend runs the batches and the final aggregation: :class:`SparkSubmit` or
+    :class:`SparkConnect`. What they share:
+
+    :param conn_id: the Airflow connection (default: ``[iqp] spark_conn_id``, or
+        ``[iqp] spark_connect_conn_id`` for Spark Connect).
+    :param pool: an Airflow pool whose slots are the batches the Spark cluster runs at once.
+    :param weight_rule: ``"airflow_iqp.priority.EDFPriority"``, ``...LLFPriority`` or
+        ``...SJFPriority``: which ready batch of the queries in the pool runs first.
+    :param retries: retries of each batch and final task.
+    :param fuse_tail: run the last batch inside the final task, started ``tail_lead``
+        seconds before the window's end; batches ready after it starts run in it too, so
+        after the window's end no task or session starts. The price is a worker slot held
+        for the lead and more.
+    :param tail_lead: seconds before the window's end that the final task starts (None: the
+        backend's :attr:`lead`; 0 starts it at the window's end).
+    :param tail_slots: how many of the state directory's batches run at once, earliest
+        deadline first (0: no limit; 1: the paper's one batch at a time).
+    :param dispatch: seconds Airflow takes from a batch's claim to its Spark work (sensor
+        resume, task start, session), added to every planned batch.
+    """
+
+    name: ClassVar[str]
+    #: The default of ``tail_lead`` on this backend.
+    default_tail_lead: ClassVar[float]
+
+    conn_id: str | None = None
+    pool: str | None = None
+    weight_rule: str | None = None
+    retries: int = 2
+    fuse_tail: bool = False
+    tail_lead: float | dt.timedelta | None = None
+    tail_slots: int = 0
+    dispatch: float | dt.timedelta = 0.0
+
+    def __post_init__(self):
+        if type(self) is Backend:
+            raise ConfigError("give SparkSubmit() or SparkConnect()", "backend")
+        _name(self.conn_id, "backend.conn_id", "an Airflow connection id")
+        _name(self.pool, "backend.pool", "an Airflow pool's name")
+        _name(self.weight_rule, "backend.weight_rule", "a priority weight strategy's class path")
+        _whole(self.retries, "backend.retries", 0)
+        _flag(self.fuse_tail, "backend.fuse_tail")
+        _set(self, "tail_lead", _seconds(self.tail_lead, "backend.tail_lead", optional=True))
+        _whole(self.tail_slots, "backend.tail_slots", 0)
+        _set(self, "dispatch", _seconds(self.dispatch, "backend.dispatch"))
+
+    @property
+    def lead(self) -> float:
+        """Seconds before the window's end that a fused tail's task starts."""
+        return self.default_tail_lead if self.tail_lead is None else self.tail_lead
+
+    def query_config(self) -> dict[str, Any]:
+        """This object's part of the runtime's ``QueryConfig``."""
+        return {"backend": self.name, "fuse_tail": self.fuse_tail, "dispatch": self.dispatch}
+
+    def task_kwargs(self) -> dict[str, Any]:
+        """What every batch and final task of this backend takes."""
+        out = {"retries": self.retries, "conn_id": self.conn_id, "pool": self.pool, "weight_rule": self.weight_rule}
+        return {k: v for k, v in out.items() if v is not None}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SparkSubmit(Backend):
+    """One spark-submit per batch (YARN, Kubernetes, standalone, local), through the Spark
+    provider's connection. A fused tail's job starts its JVM during the lead, so the
+    default lead is longer here.
+
+    :param conf: Spark conf for every batch and final job (``--conf key=value``).
+
+    ``tail_slots`` applies to fused tails only: a mapped batch would hold its turn while its
+    JVM starts, so it needs ``fuse_tail=True``.
+    """
+
+    name: ClassVar[str] = "spark-submit"
+    default_tail_lead: ClassVar[float] = TAIL_LEAD_S + TAIL_LEAD_JVM_S
+
+    conf: Mapping[str, Any] | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.conf is not None:
+            if not isinstance(self.conf, Mapping) or not all(
+                    isinstance(k, str) and isinstance(v, (str, int, float, bool)) for k, v in self.conf.items()):
+                raise ConfigError(f"must map Spark conf keys to values, got {self.conf!r}", "backend.conf")
+            _set(self, "conf", dict(self.conf))
+        if self.tail_slots and not self.fuse_tail:
+            raise ConfigError("takes turns among fused tails only on spark-submit: give fuse_tail=True, "
+                              "or use SparkConnect()", "backend.tail_slots")
+
+    def task_kwargs(self) -> dict[str, Any]:
+        return {**super().task_kwargs(), **({"conf": dict(self.conf)} if self.conf else {})}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SparkConnect(Backend):
+    """Every batch and the final aggregation on one running Spark Connect server. It has no
+    ``conf``: a running server cannot take spark-submit conf; set it when the server starts.
+
+    ``tail_slots`` applies to every batch here, mapped ones too.
+    """
+
+    name: ClassVar[str] = "spark-connect"
+    default_tail_lead: ClassVar[float] = TAIL_LEAD_S
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alerts:
+    """What happens when a window's deadline is at risk or missed.
+
+    :param deadline: attach an Airflow ``DeadlineAlert`` at the window's end plus the
+        deadline offset (off for ``airflow dags test``, which crashes on one in 3.3.2).
+    :param on_miss: the DeadlineAlert's callback (an Airflow ``AsyncCallback`` or
+        ``SyncCallback``; default: log the miss and record it in the state directory).
+    :param on_risk: called with the plan task's context when the plan cannot meet the
+        deadline (default: :class:`~airflow_iqp.notifications.deadline.DeadlineRiskNotifier`,
+        a log line and ``deadline_risk.json``).
+    """
+
+    deadline: bool = True
+    on_miss: Any = None
+    on_risk: Any = None
+
+    def __post_init__(self):
+        _flag(self.deadline, "alerts.deadline")
+        if self.on_miss is not None:
+            if isinstance(self.on_miss, (str, bytes, bool, int, float)):
+                raise ConfigError(f"must be an AsyncCallback or SyncCallback, got {self.on_miss!r}", "alerts.on_miss")
+            if not self.deadline:
+                raise ConfigError("is the DeadlineAlert's callback: it needs deadline=True", "alerts.on_miss")
+        if self.on_risk is not None and not callable(self.on_risk):
+            raise ConfigError(f"must be callable with the task's context, got {self.on_risk!r}", "alerts.on_risk")
