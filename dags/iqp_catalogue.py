@@ -8,6 +8,7 @@ import os
 from datetime import timedelta
 
 from airflow_iqp.dag_factory import iqp_dag
+from airflow_iqp.options import Algorithm1, Arrival
 from airflow_iqp.query.catalogue import get_query, list_queries
 
 DATA = os.environ.get("IQP_DATA", "/opt/iqp")
@@ -18,10 +19,11 @@ for qid in list_queries():
     q = get_query(qid)
     globals()[f"iqp_{qid}"] = iqp_dag(
         query=qid,
-        landing=DATA + "/landing/" + qid + "/{{ data_interval_start | ts_nodash }}",
+        streams=DATA + "/landing/" + qid + "/{{ data_interval_start | ts_nodash }}",
         static=DATA + "/tpch/static",
-        units=240,
         window=timedelta(hours=1),
         deadline_offset=timedelta(minutes=15),
-        cost_hint={"kind": "linear", "per_unit": 0.1 if "lineitem" in q.streams else 0.05, "per_batch": 20},
+        arrival=Arrival(units=240),
+        cut=Algorithm1(cost_hint={"kind": "linear", "per_unit": 0.1 if "lineitem" in q.streams else 0.05,
+                                  "per_batch": 20}),
     )

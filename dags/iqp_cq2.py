@@ -14,6 +14,7 @@ import os
 from datetime import datetime, timedelta
 
 from airflow_iqp.dag_factory import iqp_dag
+from airflow_iqp.options import Alerts, Algorithm1, Arrival
 
 DATA = os.environ.get("IQP_DATA", "/opt/iqp")
 
@@ -24,15 +25,13 @@ dag = iqp_dag(
     name="cq2",
     sql="SELECT count(*) AS totalorders, o_orderpriority FROM orders GROUP BY o_orderpriority",
     streams={"orders": {"path": DATA + "/landing/cq2/{{ data_interval_start | ts_nodash }}", "unit": "dir"}},
-    units=int(os.environ.get("IQP_UNITS", "240")),
     window=timedelta(seconds=int(os.environ.get("IQP_WINDOW_S", "3600"))),
     deadline_offset=timedelta(seconds=int(os.environ.get("IQP_DEADLINE_S", "600"))),
-    profile=os.environ.get("IQP_PROFILE", "fixed"),
-    cost_hint={"kind": "linear", "per_unit": float(os.environ.get("IQP_COST_PER_UNIT", "0.05")),
-               "per_batch": float(os.environ.get("IQP_COST_PER_BATCH", "20"))},
-    final_agg_hint={"kind": "linear", "base": 20.0, "per_batch": 0.5},
-    deadline_alert=os.environ.get("IQP_DEADLINE_ALERT", "1") == "1",
+    arrival=Arrival(units=int(os.environ.get("IQP_UNITS", "240")), profile=os.environ.get("IQP_PROFILE", "fixed")),
+    cut=Algorithm1(cost_hint={"kind": "linear", "per_unit": float(os.environ.get("IQP_COST_PER_UNIT", "0.05")),
+                              "per_batch": float(os.environ.get("IQP_COST_PER_BATCH", "20"))},
+                   final_agg_hint={"kind": "linear", "base": 20.0, "per_batch": 0.5}),
+    alerts=Alerts(deadline=os.environ.get("IQP_DEADLINE_ALERT", "1") == "1"),
     anchor=ANCHOR,
-    start_date=ANCHOR,
     end_date=END,
 )

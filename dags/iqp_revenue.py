@@ -12,6 +12,7 @@ import os
 from datetime import timedelta
 
 from airflow_iqp.dag_factory import iqp_dag
+from airflow_iqp.options import Algorithm1, Arrival
 
 DATA = os.environ.get("IQP_DATA", "/opt/iqp")
 
@@ -29,8 +30,8 @@ dag = iqp_dag(
     """,
     streams={"events": DATA + "/landing/events/{{ data_interval_start | ts_nodash }}"},
     static={"countries": DATA + "/static/countries.parquet"},
-    units=120,
     window=timedelta(hours=1),
     deadline_offset=timedelta(minutes=10),
-    cost_hint={"kind": "linear", "per_unit": 0.05, "per_batch": 20},
+    arrival=Arrival(units=120),
+    cut=Algorithm1(cost_hint={"kind": "linear", "per_unit": 0.05, "per_batch": 20}),
 )

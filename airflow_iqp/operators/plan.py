@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator
 from airflow_iqp import config
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.notifications.deadline import DeadlineRiskNotifier
+from airflow_iqp.options import Algorithm1, Arrival, Backend, Cut, SparkSubmit, expect
 from airflow_iqp.query import Query
 from airflow_iqp.query.catalogue import get_query
 from airflow_iqp.query.store import Saved, save_query
@@ -42,16 +43,17 @@ class BatchPlanOperator(BaseOperator):
 
     Reads the window (the run's data interval) and the deadline (the window's end plus
     ``deadline_offset``, by default the ``WindowTimetable``'s). The arrival model is
-    the configured hint (``rate``, ``profile``) or, with ``arrival="observed"``, the
+    ``arrival``'s hint (:class:`~airflow_iqp.options.Arrival`) or, with ``observed=True``, the
     previous window's observed arrivals; the cost model is fitted to the cost history of
-    the backend in use, with ``cost_hint`` and ``final_agg_hint`` as the fallback. If the
-    window's input is already complete (a backfill) it plans one batch.
+    ``backend``, with ``cut``'s ``cost_hint`` and ``final_agg_hint`` as the fallback; ``cut``
+    says how the window is cut. If the window's input is already complete (a backfill) it
+    plans one batch.
 
     It logs the plan as a table, stores it as ``STATE/<query>/<window>/plan.json`` and as
-    the XCom ``plan``, and returns one entry per batch for mapping. With ``fuse_tail`` the
-    last batch is not mapped: it goes to the XCom ``tail``, for the final task to run,
-    which starts ``tail_lead`` seconds before the window's end; so do the batches ready
-    after that (:func:`~airflow_iqp.window.readiness.split_tail`). If
+    the XCom ``plan``, and returns one entry per batch for mapping. With the backend's
+    ``fuse_tail`` the last batch is not mapped: it goes to the XCom ``tail``, for the final
+    task to run, which starts the backend's ``lead`` seconds before the window's end; so
+    do the batches ready after that (:func:`~airflow_iqp.window.readiness.split_tail`). If
     the deadline cannot be met it warns through ``on_deadline_risk`` (default
     :class:`DeadlineRiskNotifier`: a log line and ``deadline_risk.json``) and returns the
     best-effort plan, the one that finishes earliest.
@@ -60,34 +62,25 @@ class BatchPlanOperator(BaseOperator):
     template_fields: Sequence[str] = ("landing", "static", "state_dir")
     ui_color = "#f5e6c8"
 
-    def __init__(self, *, query: str | Query, landing: str, units: int | None = None, static: str | dict | None = None,
-                 streams: Sequence[dict] | None = None,
-                 state_dir: str | None = None, rate: float | None = None, profile: str = "fixed",
-                 arrival: str = "hint", cost_hint: dict | None = None, final_agg_hint: dict | None = None,
-                 backend: str = "spark-submit", mode: str = "plan", rsf: float = 0.5, c_max: float | None = None,
-                 max_batches: int = 16, margin: float | None = None, deadline_offset: dt.timedelta | None = None,
-                 on_deadline_risk: Any = None, fuse_tail: bool = False, dispatch: float | None = None,
-                 ahead: float | None = None, tail_lead: float | None = None, shares: dict | None = None,
-                 cost_scale: float | None = None, grace: float | None = None, late: str | None = None,
-                 lateness: float | None = None, **kwargs):
+    def __init__(self, *, query: str | Query, landing: str, static: str | dict | None = None,
+                 streams: Sequence[dict] | None = None, state_dir: str | None = None,
+                 arrival: Arrival = Arrival(), cut: Cut = Algorithm1(), backend: Backend = SparkSubmit(),
+                 deadline_offset: dt.timedelta | None = None, on_deadline_risk: Any = None, **kwargs):
         super().__init__(**kwargs)
-        self.fuse_tail = fuse_tail
-        self.tail_lead = default_lead(backend) if tail_lead is None else float(tail_lead)
-        if not self.tail_lead >= 0:
-            raise ConfigError(f"must be >= 0 seconds, got {tail_lead!r}", "tail_lead")
+        arrival = expect(arrival, Arrival, "arrival", "Arrival(...)")
+        cut = expect(cut, Cut, "cut", "Algorithm1(...), MinBatches(...) or OneBatch()")
+        backend = expect(backend, Backend, "backend", "SparkSubmit(...) or SparkConnect(...)")
+        self.fuse_tail = backend.fuse_tail
+        self.tail_lead = backend.lead
         # A catalogued query is named by its id; a user's query is the Query itself.
         self.query_def = query if isinstance(query, Query) else None
         self.query = query.id if isinstance(query, Query) else query
-        self.landing, self.units, self.static = landing, units, static
+        self.landing, self.static = landing, static
         self.streams = tuple(streams) if streams else None
         self.state_dir = state_dir or config.state_dir()
-        self.options = {k: v for k, v in dict(rate=rate, profile=profile, arrival=arrival, cost_hint=cost_hint,
-                                               final_agg_hint=final_agg_hint, backend=backend, mode=mode, rsf=rsf,
-                                               c_max=c_max, max_batches=max_batches, margin=margin,
-                                               fuse_tail=fuse_tail, dispatch=dispatch, ahead=ahead,
-                                               shares=_seconds(shares, "shares"), cost_scale=cost_scale,
-                                               grace=grace, late=late, lateness=lateness).items()
-                        if v is not None}
+        # QueryConfig's fields but the query, where it lands and the state directory.
+        self.options = {**arrival.query_config(), **cut.query_config(), **backend.query_config()}
+        self.units = self.options.pop("units")
         self.deadline_offset = deadline_offset
         self.on_deadline_risk = on_deadline_risk or DeadlineRiskNotifier()
 

@@ -15,21 +15,26 @@ import os
 from datetime import datetime, timedelta
 
 from airflow_iqp.dag_factory import iqp_dag
+from airflow_iqp.options import Alerts, Algorithm1, Arrival, OneBatch, SparkConnect, SparkSubmit
 
 if os.environ.get("IQP_QUERIES"):
     ANCHOR = datetime.fromisoformat(os.environ["IQP_ANCHOR"])
     DEADLINES = json.loads(os.environ["IQP_DEADLINES"])
     LEAD = json.loads(os.environ.get("IQP_TAIL_LEAD") or "{}")
+    COST_SCALE = float(os.environ.get("IQP_COST_SCALE", "1"))
+    if os.environ.get("IQP_MODE", "plan") == "one_batch":
+        CUT = OneBatch(cost_scale=COST_SCALE)
+    else:
+        CUT = Algorithm1(margin=float(os.environ.get("IQP_MARGIN", "10")), cost_scale=COST_SCALE,
+                         shares=DEADLINES if os.environ.get("IQP_SHARES") == "1" else None)
+    SPARK = SparkConnect if os.environ["IQP_BACKEND"] == "spark-connect" else SparkSubmit
     for query in os.environ["IQP_QUERIES"].split(","):
+        backend = SPARK(retries=0, fuse_tail=os.environ.get("IQP_FUSE_TAIL") == "1", tail_lead=LEAD.get(query),
+                        dispatch=float(os.environ.get("IQP_DISPATCH", "0")),
+                        tail_slots=int(os.environ.get("IQP_TAIL_SLOTS", "0")))
         globals()[f"bench_{query}"] = iqp_dag(
-            query=query, dag_id=f"bench_{query}", landing=os.environ["IQP_LANDING"], static=os.environ["IQP_STATIC"],
-            units=int(os.environ["IQP_UNITS"]), window=timedelta(seconds=float(os.environ["IQP_WINDOW_S"])),
-            deadline_offset=timedelta(seconds=float(DEADLINES[query])), backend=os.environ["IQP_BACKEND"],
-            margin=float(os.environ.get("IQP_MARGIN", "10")), deadline_alert=False, retries=0,
-            mode=os.environ.get("IQP_MODE", "plan"), fuse_tail=os.environ.get("IQP_FUSE_TAIL") == "1",
-            tail_lead=LEAD.get(query),
-            dispatch=float(os.environ.get("IQP_DISPATCH", "0")),
-            tail_slots=int(os.environ.get("IQP_TAIL_SLOTS", "0")),
-            shares=DEADLINES if os.environ.get("IQP_SHARES") == "1" else None,
-            cost_scale=float(os.environ.get("IQP_COST_SCALE", "1")),
-            anchor=ANCHOR, start_date=ANCHOR, end_date=datetime.fromisoformat(os.environ["IQP_END"]))
+            query=query, dag_id=f"bench_{query}", streams=os.environ["IQP_LANDING"], static=os.environ["IQP_STATIC"],
+            window=timedelta(seconds=float(os.environ["IQP_WINDOW_S"])),
+            deadline_offset=timedelta(seconds=float(DEADLINES[query])),
+            arrival=Arrival(units=int(os.environ["IQP_UNITS"])), cut=CUT, backend=backend,
+            alerts=Alerts(deadline=False), anchor=ANCHOR, end_date=datetime.fromisoformat(os.environ["IQP_END"]))

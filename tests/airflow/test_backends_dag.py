@@ -1,9 +1,9 @@
 """Both execution backends through Airflow's own ``dag.test()``, in one process.
 
 One Python process (a child of the test, so that its Airflow home and connections are its
-own) runs the same query's DAG first with ``backend="spark-connect"`` (the Spark
+own) runs the same query's DAG first with ``backend=SparkConnect()`` (the Spark
 provider's PySparkOperator on a real Spark Connect server), then again with the last
-batch fused into the final task (``fuse_tail=True``), then with ``backend="spark-submit"``
+batch fused into the final task (``fuse_tail=True``), then with ``backend=SparkSubmit()``
 and a fused tail (real spark-submit: the batch and the merge in one application). The
 Connect session leaves SPARK_CONNECT_MODE_ENABLED=1 in that process; the spark-submit DAG
 must still succeed. All results must equal each other and the DuckDB reference.
@@ -36,15 +36,17 @@ DAG_FILE = textwrap.dedent('''
     import pendulum
 
     from airflow_iqp.dag_factory import iqp_dag
+    from airflow_iqp.options import Alerts, Arrival, SparkConnect, SparkSubmit
 
     DATA = os.environ["T_DATA"]
-    for name, backend, fused in (("connect", "spark-connect", False), ("connect_fused", "spark-connect", True),
-                                 ("submit_fused", "spark-submit", True)):
+    for name, backend in (("connect", SparkConnect(retries=0, tail_slots=1)),
+                          ("connect_fused", SparkConnect(retries=0, fuse_tail=True)),
+                          ("submit_fused", SparkSubmit(retries=0, fuse_tail=True))):
         globals()[name] = iqp_dag(
-            query="q4", dag_id="t_" + name, landing=DATA + "/units", static=DATA + "/static",
-            units=6, window=dt.timedelta(minutes=2), deadline_offset=dt.timedelta(minutes=2), backend=backend,
-            state_dir=os.environ["T_STATE"] + "/" + name, deadline_alert=False, retries=0, fuse_tail=fused,
-            tail_slots=1 if name == "connect" else 0, anchor=pendulum.datetime(2026, 1, 1, tz="UTC"))
+            query="q4", dag_id="t_" + name, streams=DATA + "/units", static=DATA + "/static",
+            window=dt.timedelta(minutes=2), deadline_offset=dt.timedelta(minutes=2), arrival=Arrival(units=6),
+            backend=backend, state_dir=os.environ["T_STATE"] + "/" + name, alerts=Alerts(deadline=False),
+            anchor=pendulum.datetime(2026, 1, 1, tz="UTC"))
 ''')
 
 RUNNER = textwrap.dedent('''

@@ -40,21 +40,20 @@ DAGS = textwrap.dedent('''
     from airflow.providers.standard.operators.python import PythonOperator
 
     from airflow_iqp.dag_factory import iqp_dag
+    from airflow_iqp.options import Algorithm1, Arrival, SparkSubmit
 
     ANCHOR = datetime.fromisoformat("{anchor}")
     for query, offset in {offsets!r}.items():
         globals()["iqp_" + query] = iqp_dag(
             query=query,
-            landing="{data}/landing/" + query + "/{{{{ data_interval_start | ts_nodash }}}}",
+            streams="{data}/landing/" + query + "/{{{{ data_interval_start | ts_nodash }}}}",
             static="{data}/tpch/static",
-            units={units},
             window=timedelta(seconds={window}),
             deadline_offset=timedelta(seconds=offset),
-            cost_hint={{"kind": "linear", "per_unit": 0.1, "per_batch": 25}},
-            pool="spark",
-            weight_rule="airflow_iqp.priority.EDFPriority",
+            arrival=Arrival(units={units}),
+            cut=Algorithm1(cost_hint={{"kind": "linear", "per_unit": 0.1, "per_batch": 25}}),
+            backend=SparkSubmit(pool="spark", weight_rule="airflow_iqp.priority.EDFPriority"),
             anchor=ANCHOR,
-            start_date=ANCHOR,
             end_date=ANCHOR + timedelta(seconds=1),   # exactly one window
             max_active_runs=1,
         )

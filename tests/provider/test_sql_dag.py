@@ -8,9 +8,11 @@ import pytest
 
 from airflow_iqp.dag_factory import iqp_dag
 from airflow_iqp.errors import ConfigError
+from airflow_iqp.options import Alerts, Arrival, OneBatch, SparkConnect, SparkSubmit
 from airflow_iqp.query import Query, QueryRefused
 
-COMMON = dict(units=10, window=timedelta(minutes=10), deadline_offset=timedelta(minutes=2), deadline_alert=False)
+COMMON = dict(arrival=Arrival(units=10), window=timedelta(minutes=10), deadline_offset=timedelta(minutes=2),
+              alerts=Alerts(deadline=False))
 
 
 def test_a_sql_dag_plans_with_the_split_query_and_its_streams():
@@ -31,9 +33,9 @@ def test_a_query_that_cannot_be_split_is_refused_when_the_dag_is_built():
         iqp_dag(name="w", sql="SELECT k, sum(x) OVER (PARTITION BY k) FROM events", streams={"events": "/d"}, **COMMON)
 
 
-def test_allow_single_batch_plans_one_batch_after_the_windows_end():
+def test_one_batch_runs_a_query_that_cannot_be_split_after_the_windows_end():
     dag = iqp_dag(name="m", sql="SELECT k, median(x) AS m FROM events GROUP BY k", streams={"events": "/d"},
-                  allow_single_batch=True, **COMMON)
+                  cut=OneBatch(), **COMMON)
     assert dag.get_task("plan").options["mode"] == "one_batch"
 
 
@@ -56,3 +58,55 @@ def test_bad_arguments_name_what_to_fix(kwargs, field):
     with pytest.raises(ConfigError) as err:
         iqp_dag(**kwargs, **COMMON)
     assert err.value.field == field, str(err.value)
+
+
+@pytest.mark.parametrize("old, moved_to", [
+    (dict(units=10), "Arrival(units=...)"),
+    (dict(mode="dynamic"), "MinBatches()"),
+    (dict(allow_single_batch=True), "OneBatch()"),
+    (dict(fuse_tail=True), "SparkSubmit(fuse_tail=...)"),
+    (dict(spark_conf={"spark.executor.memory": "1g"}), "SparkSubmit(conf=...)"),
+    (dict(deadline_alert=False), "Alerts(deadline=...)"),
+    (dict(landing="/d"), "streams="),
+])
+def test_an_old_keyword_says_which_object_it_moved_to(old, moved_to):
+    with pytest.raises(ConfigError, match="moved to") as err:
+        iqp_dag(name="x", sql="SELECT count(*) AS n FROM events", streams={"events": "/d"}, **old, **COMMON)
+    assert err.value.field == next(iter(old)) and moved_to in str(err.value)
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(backend="spark-connect"), "backend"),
+    (dict(arrival="observed"), "arrival"),
+    (dict(cut="dynamic"), "cut"),
+])
+def test_a_setting_given_as_a_string_names_the_object_to_give(kwargs, field):
+    common = {**COMMON, **kwargs}
+    with pytest.raises(ConfigError, match="from airflow_iqp.options") as err:
+        iqp_dag(name="x", sql="SELECT count(*) AS n FROM events", streams={"events": "/d"}, **common)
+    assert err.value.field == field
+
+
+def test_a_catalogued_query_lands_where_its_streams_string_says():
+    dag = iqp_dag(query="cq2", streams="/data/landing/{{ ds }}", static="/data/static", **COMMON)
+    plan = dag.get_task("plan")
+    assert plan.landing == "/data/landing/{{ ds }}" and plan.streams is None and plan.units == 10
+    with pytest.raises(ConfigError) as err:
+        iqp_dag(query="cq2", static="/data/static", **COMMON)
+    assert err.value.field == "streams"
+    with pytest.raises(ConfigError) as err:
+        iqp_dag(name="x", sql="SELECT count(*) AS n FROM events", streams="/d", **COMMON)
+    assert err.value.field == "streams"
+
+
+def test_the_backend_object_picks_the_operators_and_their_settings():
+    dag = iqp_dag(name="c", sql="SELECT count(*) AS n FROM events", streams={"events": "/d"},
+                  backend=SparkConnect(pool="spark", retries=0, fuse_tail=True, tail_slots=1), **COMMON)
+    submit, final = dag.get_task("batch.submit"), dag.get_task("final")
+    assert type(submit).__name__ == "BatchConnectOperator" and submit.slots == 1 and submit.pool == "spark"
+    assert final.retries == 0 and dag.get_task("plan").tail_lead == SparkConnect().lead == 5.0
+    assert dag.get_task("plan").options["backend"] == "spark-connect"
+    dag = iqp_dag(name="s", sql="SELECT count(*) AS n FROM events", streams={"events": "/d"},
+                  backend=SparkSubmit(conf={"spark.sql.shuffle.partitions": "4"}), **COMMON)
+    assert dag.get_task("batch.submit").conf == {"spark.sql.shuffle.partitions": "4"}
+    assert "tail_wait" not in dag.task_ids and dag.get_task("plan").tail_lead == 15.0

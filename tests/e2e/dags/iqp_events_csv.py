@@ -1,10 +1,11 @@
-"""A user's SQL over their own CSV files, with no ``units=``: the end-to-end test's DAG
+"""A user's SQL over their own CSV files, with no ``Arrival(units=...)``: the end-to-end test's DAG
 (tests/e2e/test_own_data.py). Windows, rate hint and deadline come from the environment."""
 
 import os
 from datetime import datetime, timedelta
 
 from airflow_iqp.dag_factory import iqp_dag
+from airflow_iqp.options import Algorithm1, Arrival
 from airflow_iqp.streams import Stream
 
 DATA = os.environ.get("IQP_DATA", "/opt/iqp")
@@ -18,13 +19,12 @@ dag = iqp_dag(
            FROM events WHERE amount IS NOT NULL GROUP BY country ORDER BY country""",
     streams={"events": Stream(path=DATA + "/landing/{{ data_interval_start | ts_nodash }}", format="csv",
                               pattern="*.csv")},
-    rate=float(os.environ.get("IQP_RATE", "0.2")),
-    grace=float(os.environ.get("IQP_GRACE_S", "3")),
-    late=os.environ.get("IQP_LATE", "record"),
-    lateness=float(os.environ.get("IQP_LATENESS_S", "0")),
     window=timedelta(seconds=int(os.environ.get("IQP_WINDOW_S", "3600"))),
     deadline_offset=timedelta(seconds=int(os.environ.get("IQP_DEADLINE_S", "600"))),
-    cost_hint={"kind": "linear", "per_unit": 0.1, "per_batch": 20},
-    final_agg_hint={"kind": "linear", "base": 20.0, "per_batch": 0.5},
-    anchor=ANCHOR, start_date=ANCHOR, end_date=END,
+    arrival=Arrival(rate=float(os.environ.get("IQP_RATE", "0.2")), grace=float(os.environ.get("IQP_GRACE_S", "3")),
+                    late=os.environ.get("IQP_LATE", "record"),
+                    lateness=float(os.environ.get("IQP_LATENESS_S", "0"))),
+    cut=Algorithm1(cost_hint={"kind": "linear", "per_unit": 0.1, "per_batch": 20},
+                   final_agg_hint={"kind": "linear", "base": 20.0, "per_batch": 0.5}),
+    anchor=ANCHOR, end_date=END,
 )
