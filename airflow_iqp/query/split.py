@@ -57,8 +57,8 @@ class QueryRefused(ConfigError):
         super().__init__(" ".join(message.split()), field="sql")
 
 
-_SINGLE = "or pass allow_single_batch=True to run it as one batch after the window's end"
-_ONLY = "run it with allow_single_batch=True, as one batch after the window's end"
+_SINGLE = "or run it as one batch after the window's end (cut=OneBatch(), or --allow-single-batch)"
+_ONLY = "run it as one batch after the window's end (cut=OneBatch(), or --allow-single-batch)"
 
 #: Aggregates that have no exact, mergeable partial state.
 _UNSPLITTABLE = {
