@@ -13,6 +13,9 @@ from airflow_iqp.options import (  # noqa: E402
     Alerts, Algorithm1, Arrival, MinBatches, OneBatch, SparkConnect, SparkSubmit,
 )
 
+__all__ = ["Alerts", "Algorithm1", "Arrival", "MinBatches", "OneBatch", "SparkConnect", "SparkSubmit",
+           "get_provider_info"]
+
 
 def get_provider_info() -> dict:
     """Provider metadata, read by Airflow through the ``apache_airflow_provider`` entry point.

@@ -19,7 +19,6 @@ from airflow_iqp.window.config import QueryConfig, clock
 from airflow_iqp.window.costs import streams_of
 from airflow_iqp.window.plan import format_window_plan, plan_window, store_plan
 from airflow_iqp.window.readiness import split_tail
-from airflow_iqp.window.readiness import tail_lead as default_lead
 from airflow_iqp.state import WindowState
 
 
@@ -27,15 +26,6 @@ def _json(batch) -> dict:
     """A batch as XCom holds it: its JSON form, or an empty dict for none (an XComArg must
     resolve to a value; the sensor skips an empty one)."""
     return batch.to_dict() if batch is not None else {}
-
-
-def _seconds(mapping: dict | None, field: str) -> dict | None:
-    """``{query: timedelta or seconds}`` as seconds."""
-    if mapping is None:
-        return None
-    if not isinstance(mapping, dict):
-        raise ConfigError(f"must map query ids to deadline offsets, got {mapping!r}", field)
-    return {q: v.total_seconds() if isinstance(v, dt.timedelta) else v for q, v in mapping.items()}
 
 
 class BatchPlanOperator(BaseOperator):

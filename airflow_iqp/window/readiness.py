@@ -14,22 +14,6 @@ from airflow_iqp.window.replan import effective, replan, replan_after
 #: on time alone: firing a moment before them would leave them late for nothing.
 LAST_UNIT_GRACE_S = 2.0
 
-#: With a fused tail the final task starts this long before the window's end (default of
-#: ``iqp_dag(tail_lead=...)``): enough for Airflow to start the task and for it to open its
-#: Spark session, so that after the window's end only the work remains. Batches ready after
-#: it starts run in it too (:func:`split_tail`).
-TAIL_LEAD_S = 5.0
-#: On spark-submit the fused tail's job also starts a JVM and its session before the window's
-#: end: this much more lead. A longer lead is not free: it holds a worker, and on a small
-#: cluster more queries' JVMs then start at once and slow each other down.
-TAIL_LEAD_JVM_S = 10.0
-
-
-def tail_lead(backend: str) -> float:
-    """The default lead of a fused tail's task on ``backend`` (``iqp_dag(tail_lead=...)``)."""
-    return TAIL_LEAD_S + (TAIL_LEAD_JVM_S if backend == "spark-submit" else 0.0)
-
-
 #: How often the fused tail's task looks at the landing directory while it waits, and a
 #: batch next in line at the gate looks for its turn: with tight deadlines a tenth of a
 #: second after the window's end matters.
@@ -53,13 +37,17 @@ def fire_at(batch: Batch) -> float:
     return batch.latest_start_ts
 
 
-def batch_ready(batch: Batch, now: float, arrived: int | None = None) -> str | None:
+def batch_ready(batch: Batch, now: float, arrived: int | None = None, listing: Any = None) -> str | None:
     """Why the batch may start now, or None: the paper's dynamic rule, whichever comes first.
 
     ``"units"``: its planned units have arrived (for the last batch, all of the window's)
     and the batch before it has claimed; ``"time"``: its latest safe start has come
     (:func:`fire_at`). Never before the batch's turn on a shared cluster (``turn_ts``,
     see ``QueryConfig.ahead``).
+
+    ``listing`` (a :class:`~airflow_iqp.window.listing.Listing`) lists the landing
+    directory through a cache that the waits of one process share; without it, the
+    directory is listed here.
     """
     batch = effective(batch)
     if now < batch.turn_ts:
@@ -78,9 +66,10 @@ def batch_ready(batch: Batch, now: float, arrived: int | None = None) -> str | N
     if arrived is None:
         # Many tasks poll near the window's end: count the landing directory's entries
         # (one listing) before the full, per-stream listing of complete units.
-        if count_landed(batch.landing) < needed:
+        count, units = (listing.count, listing.units) if listing is not None else (count_landed, list_ready_units)
+        if count(batch.landing) < needed:
             return None
-        listed = list_ready_units(batch.landing, batch.stream_list())
+        listed = units(batch.landing, batch.stream_list())
         note_seen(batch.window_state(), [u.name for u in listed], now)
         arrived = len(listed)
     if arrived < needed:
