@@ -12,7 +12,7 @@ from functools import lru_cache
 from importlib import resources
 
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.query.split import decompose
+from airflow_iqp.query import decompose
 from airflow_iqp.query.model import Query
 
 TPCH_STREAMS = ("orders", "lineitem")

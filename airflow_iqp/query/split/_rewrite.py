@@ -1,0 +1,226 @@
+"""The aggregate rewrites: each aggregate into a partial state per batch and a merge of the
+states, and the expressions above the aggregation over the merged columns."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import sqlglot.expressions as exp
+
+from airflow_iqp.query.model import AVG_TYPE_OF, TYPE_OF
+from airflow_iqp.query.split._common import ONLY, SINGLE, QueryRefused, col, short, to_sql
+
+#: Aggregates that have no exact, mergeable partial state.
+_UNSPLITTABLE = {
+    exp.Median: "an exact median", exp.Quantile: "an exact percentile",
+    exp.PercentileCont: "an exact percentile", exp.PercentileDisc: "an exact percentile",
+    exp.ApproxQuantile: "percentile_approx (its sketch is not mergeable in SQL)",
+    exp.First: "first() (its value depends on row order)", exp.Last: "last() (its value depends on row order)",
+    exp.AnyValue: "any_value() (its value depends on row order)",
+    exp.ArrayAgg: "collect_list() (its order depends on batches)", exp.ArrayUniqueAgg: "collect_set()",
+    exp.ArgMax: "max_by()", exp.ArgMin: "min_by()",
+    exp.Corr: "corr()", exp.CovarPop: "covar_pop()", exp.CovarSamp: "covar_samp()",
+}
+#: Spark aggregates sqlglot parses as plain function calls, by lower-case name.
+UNSPLITTABLE_NAMES = {
+    "mode": "mode()", "collect_set": "collect_set()", "array_agg": "array_agg()", "kurtosis": "kurtosis()",
+    "skewness": "skewness()", "percentile": "an exact percentile", "approx_percentile": "approx_percentile()",
+    "histogram_numeric": "histogram_numeric()", "regr_slope": "regr_slope()", "listagg": "listagg()",
+    "string_agg": "string_agg()", "first_value": "first_value()", "last_value": "last_value()",
+}
+EVERY = {"every": exp.LogicalAnd, "some": exp.LogicalOr, "any": exp.LogicalOr}
+_VARIANCE = {exp.Variance: ("samp", False), exp.VariancePop: ("pop", False),
+             exp.Stddev: ("samp", True), exp.StddevSamp: ("samp", True), exp.StddevPop: ("pop", True)}
+_SAME = (exp.Min, exp.Max, exp.LogicalAnd, exp.LogicalOr)
+
+
+def is_agg(node: exp.Expression) -> bool:
+    if isinstance(node, exp.AggFunc):
+        return True
+    return isinstance(node, exp.Anonymous) and node.name.lower() in set(UNSPLITTABLE_NAMES) | set(EVERY)
+
+
+
+@dataclass
+class Split:
+    """The per-batch projection and the merge, built while rewriting the aggregation."""
+
+    keys: list[exp.Expression]                      # grouping expressions, as in GROUP BY
+    distinct: list[exp.Expression] = field(default_factory=list)  # DISTINCT arguments: extra partial keys
+    states: list[tuple[str, exp.Expression]] = field(default_factory=list)  # partial state columns
+    merges: list[tuple[str, str]] = field(default_factory=list)   # (merged column, merge SQL)
+    windows: list[tuple[str, str]] = field(default_factory=list)  # (column, window SQL) before the merge
+    seen: dict[str, str] = field(default_factory=dict)            # aggregate SQL -> merged column
+    counter: itertools.count = field(default_factory=itertools.count)
+
+    def key_index(self, node: exp.Expression) -> int | None:
+        norm = _norm(node)
+        for i, k in enumerate(self.keys):
+            if _norm(k) == norm:
+                return i
+        return None
+
+    def state(self, expression: exp.Expression) -> str:
+        """The partial column computing ``expression``: one column per distinct state."""
+        text = to_sql(expression)
+        for name, e in self.states:
+            if to_sql(e) == text:
+                return name
+        name = f"_s{len(self.states)}"
+        self.states.append((name, expression))
+        return name
+
+    def distinct_key(self, expression: exp.Expression) -> str:
+        norm = _norm(expression)
+        for i, d in enumerate(self.distinct):
+            if _norm(d) == norm:
+                return f"_d{i}"
+        self.distinct.append(expression)
+        return f"_d{len(self.distinct) - 1}"
+
+    def merged(self, sql: str) -> str:
+        name = f"_a{len(self.merges)}"
+        self.merges.append((name, sql))
+        return name
+
+    @property
+    def key_names(self) -> list[str]:
+        return [f"_k{i}" for i in range(len(self.keys))]
+
+
+def _norm(node: exp.Expression) -> str:
+    """An expression's SQL with table qualifiers dropped, for matching SELECT items to GROUP BY items."""
+    copy = node.copy()
+    for c in copy.find_all(exp.Column):
+        c.set("table", None)
+    return to_sql(copy).lower()
+
+
+def _with_filter(agg: exp.Expression, cond: exp.Expression | None) -> exp.Expression:
+    return agg if cond is None else exp.Filter(this=agg, expression=exp.Where(this=cond.copy()))
+
+
+def split_aggregate(node: exp.Expression, split: Split) -> str:
+    """The merged column of one aggregate call (with its FILTER), registering its states."""
+    key = to_sql(node)
+    if key in split.seen:
+        return split.seen[key]
+    cond = None
+    agg = node
+    if isinstance(node, exp.Filter):
+        agg, cond = node.this, node.expression.this
+    if isinstance(agg, exp.Anonymous) and agg.name.lower() in EVERY:
+        agg = EVERY[agg.name.lower()](this=agg.expressions[0].copy())
+    for inner in agg.find_all(exp.AggFunc):
+        if inner is not agg:
+            raise QueryRefused(f"an aggregate nested in an aggregate: {short(node)}; compute the inner one in a "
+                               f"subquery, {SINGLE}")
+    if isinstance(agg, exp.Anonymous) and agg.name.lower() in UNSPLITTABLE_NAMES:
+        raise QueryRefused(f"{UNSPLITTABLE_NAMES[agg.name.lower()]} cannot be computed from per-batch partial "
+                           f"results: {short(node)}; {ONLY}")
+    for cls, what in _UNSPLITTABLE.items():
+        if isinstance(agg, cls):
+            raise QueryRefused(f"{what} cannot be computed from per-batch partial results: {short(node)}; {ONLY}")
+    merged = _merge_of(agg, cond, split, node)
+    split.seen[key] = merged
+    return merged
+
+
+def _merge_of(agg: exp.Expression, cond, split: Split, node: exp.Expression) -> str:
+    arg = agg.this
+    if isinstance(arg, exp.Distinct):  # agg(DISTINCT x[, y]): the arguments become grouping columns
+        args = [a if cond is None else exp.If(this=cond.copy(), true=a.copy(), false=exp.null())
+                for a in arg.expressions]
+        names = [split.distinct_key(a.copy()) for a in args]
+        fn = {exp.Count: "COUNT", exp.Sum: "SUM", exp.Avg: "AVG", exp.Min: "MIN", exp.Max: "MAX"}.get(type(agg))
+        if fn is None:
+            raise QueryRefused(f"{short(node)}: DISTINCT is supported in COUNT, SUM, AVG, MIN and MAX; {SINGLE}")
+        return split.merged(f"{fn}(DISTINCT {', '.join(names)})")
+    if isinstance(agg, (exp.Count, exp.CountIf)):
+        s = split.state(_with_filter(agg.copy(), cond))
+        return split.merged(f"COALESCE(SUM({s}), 0)")
+    if isinstance(agg, exp.Sum):
+        s = split.state(_with_filter(agg.copy(), cond))
+        return split.merged(f"CAST(SUM({s}) AS {TYPE_OF.format(s)})")
+    if isinstance(agg, _SAME):
+        s = split.state(_with_filter(agg.copy(), cond))
+        return split.merged(f"{to_sql(agg.__class__(this=col(s)))}")
+    if isinstance(agg, exp.Avg):
+        s = split.state(_with_filter(exp.Sum(this=arg.copy()), cond))
+        c = split.state(_with_filter(exp.Count(this=arg.copy()), cond))
+        return split.merged(f"CAST(TRY_DIVIDE(SUM({s}), SUM({c})) AS {AVG_TYPE_OF.format(s)})")
+    if type(agg) in _VARIANCE:
+        kind, root = _VARIANCE[type(agg)]
+        x = exp.Cast(this=arg.copy(), to=exp.DataType.build("double"))
+        n = split.state(_with_filter(exp.Count(this=x.copy()), cond))
+        mean = split.state(_with_filter(exp.Avg(this=x.copy()), cond))
+        m2 = split.state(exp.Mul(this=_with_filter(exp.VariancePop(this=x.copy()), cond),
+                                 expression=_with_filter(exp.Count(this=x.copy()), cond)))
+        gm = f"_m{len(split.windows)}"
+        over = f"OVER (PARTITION BY {', '.join(split.key_names)})" if split.keys else "OVER ()"
+        split.windows.append((gm, f"TRY_DIVIDE(SUM({n} * {mean}) {over}, SUM({n}) {over})"))
+        total = f"SUM({n})"
+        m2_all = f"SUM(CASE WHEN {n} > 0 THEN {m2} + {n} * ({mean} - {gm}) * ({mean} - {gm}) ELSE 0 END)"
+        div = f"{total} - 1" if kind == "samp" else total
+        value = f"CASE WHEN {total} > {1 if kind == 'samp' else 0} THEN {m2_all} / ({div}) END"
+        return split.merged(f"SQRT({value})" if root else value)
+    if isinstance(agg, exp.ApproxDistinct):
+        x = exp.Cast(this=arg.copy(), to=exp.DataType.build("string"))
+        s = split.state(_with_filter(exp.Anonymous(this="HLL_SKETCH_AGG", expressions=[x]), cond))
+        return split.merged(f"COALESCE(HLL_SKETCH_ESTIMATE(HLL_UNION_AGG({s})), 0)")
+    raise QueryRefused(f"aggregate {short(node)} has no exact merge here (supported: COUNT, SUM, MIN, MAX, AVG, "
+                       f"COUNT_IF, BOOL_AND/OR, VAR_*/STDDEV_*, agg(DISTINCT ...), approx_count_distinct); {SINGLE}")
+
+
+def rewrite_above(node: exp.Expression, split: Split, aliases: Mapping[str, exp.Expression]) -> exp.Expression:
+    """An expression of the aggregation's SELECT/HAVING/ORDER BY over the merged columns."""
+    index = split.key_index(node) if not isinstance(node, (exp.Literal, exp.Null, exp.Boolean)) else None
+    if index is not None:
+        return col(f"_k{index}")
+    if isinstance(node, exp.Filter) or (is_agg(node) and not isinstance(node.parent, exp.Window)):
+        return col(split_aggregate(node, split))
+    if isinstance(node, (exp.Subquery, exp.Select)):
+        raise QueryRefused(f"subquery {short(node)} above the aggregation: it would run per batch; {SINGLE}")
+    if isinstance(node, exp.Column) and not node.table:
+        alias = aliases.get(node.name.lower())
+        if alias is not None:
+            return rewrite_above(alias.copy(), split, {})
+    if isinstance(node, exp.Column):
+        raise QueryRefused(f"column {to_sql(node)} is neither grouped nor aggregated: add it to GROUP BY or wrap it "
+                           f"in an aggregate")
+    new = node.copy()
+    for key, value in node.args.items():
+        if isinstance(value, exp.Expression):
+            new.set(key, rewrite_above(value, split, aliases))
+        elif isinstance(value, list):
+            new.set(key, [rewrite_above(v, split, aliases) if isinstance(v, exp.Expression) else v for v in value])
+    return new
+
+
+def group_keys(agg: exp.Select) -> list[exp.Expression]:
+    group = agg.args.get("group")
+    if not group:
+        return []
+    for g in [*group.expressions, *(group.args.get(k) for k in ("rollup", "cube", "grouping_sets"))]:
+        if isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)) or (g and not isinstance(g, exp.Expression)):
+            kind = type(g).__name__.upper() if isinstance(g, exp.Expression) else "ROLLUP, CUBE or GROUPING SETS"
+            raise QueryRefused(f"GROUP BY {kind}: group by the columns, and compute each level as its own query, "
+                               f"{SINGLE}")
+    projections = {p.alias.lower(): p.unalias() for p in agg.expressions if p.alias}
+    keys = []
+    for g in group.expressions:
+        if isinstance(g, exp.Literal) and g.is_int:  # GROUP BY 2: the second SELECT item
+            i = int(g.name)
+            if not 1 <= i <= len(agg.expressions):
+                raise QueryRefused(f"GROUP BY {i}: the SELECT list has {len(agg.expressions)} items")
+            g = agg.expressions[i - 1].unalias()
+        elif isinstance(g, exp.Column) and not g.table and g.name.lower() in projections:
+            target = projections[g.name.lower()]  # GROUP BY an alias of the SELECT list (Spark allows it)
+            if not (isinstance(target, exp.Column) and target.name.lower() == g.name.lower()):
+                g = target
+        if is_agg(g) or any(is_agg(n) for n in g.walk()):
+            raise QueryRefused(f"an aggregate in GROUP BY: {short(g)}")
+        keys.append(g.copy())
+    return keys
