@@ -13,9 +13,9 @@ forward pass, up to ever later deadlines until one is at or after the earliest f
 
 Time: the passes follow few prefixes when the deadline is tight and take few layers when
 it is loose; 5 000 units with a 1 000-piece cost model plan in well under a second at the
-tightest feasible deadline (``benchmarks/plan_speed.py``). The slowest case measured is a
-deadline no plan meets, with a final aggregation that grows by a large share of a batch
-per batch: a few seconds for 5 000 units.
+tightest feasible deadline (``benchmarks/plan_speed.py``). The slowest case is a deadline
+no plan meets, with a final aggregation that grows by a large share of a batch per batch:
+a few seconds for 5 000 units.
 
 Other queries' executor time (``Busy``) is respected when work may be divided around it
 (``Busy.whole`` false): the planner then works on a clock of free seconds, on which

@@ -231,11 +231,12 @@ def warm_up(url: str, query_ids: Sequence[str], data: str | os.PathLike, *, roun
     """Run each query over all of ``data``'s units (one batch, then the merge), ``rounds`` times,
     on the Spark Connect server at ``url``: the work a server that served earlier windows has done.
 
-    A fresh server's JVM is cold, and the first window's batches pay for it: on this
-    project's 2-core machine a q4 batch of 224 SF 1 units took 13.4 s on a fresh server and
-    3.9 s on its third run; calibrated costs are a warm server's. Nothing is recorded in a
-    cost history. Returns ``{"rounds", "wall_seconds", "cpu_seconds"}`` (CPU of the server
-    JVM and this process; None without ``server_pid``).
+    A fresh server's JVM is cold, and the first window's batches pay for it: on a 2-core
+    machine a q4 batch of 224 SF 1 units costs about three times as much on a fresh server
+    as on one that has run it twice (about 13 s against 4 s). Calibrated costs are a warm
+    server's, so a plan holds only on a warm server. Nothing is recorded in a cost history.
+    Returns ``{"rounds", "wall_seconds", "cpu_seconds"}`` (CPU of the server JVM and this
+    process; None without ``server_pid``).
     """
     from airflow_iqp.spark.window import resolve_data
 

@@ -53,12 +53,14 @@ class QueryConfig:
     fuse_tail: bool = False      #: the final task runs the last batch (``iqp_dag(fuse_tail=True)``)
     #: Seconds from a batch's input being claimed to its Spark work starting (the sensor
     #: resuming, the task starting, its session opening), added to every batch's cost; the
-    #: calibrated and measured costs leave it out. About 1.7 s on Spark Connect here.
+    #: calibrated and measured costs leave it out. On Spark Connect on a 2-core machine it
+    #: is about 1.7 s.
     dispatch: float = 0.0
     #: The calibrated costs times this are the planned ones (:func:`scaled`): what the
     #: deployment's own load while a window runs (Airflow, the other queries' tasks, the
-    #: input landing) adds to a calibration on an idle machine. Batches of nine queries on
-    #: one Spark Connect server here ran 0.5 to 2.3 times their calibrated cost (median 1.35).
+    #: input landing) adds to a calibration on an idle machine. With nine queries sharing one
+    #: Spark Connect server on a 2-core machine a batch costs 0.5 to 2.3 times its calibrated
+    #: cost (median 1.35): left at 1 there, plans count on batches shorter than they are.
     cost_scale: float = 1.0
     #: Seconds kept between a batch's input being ready and its latest safe start, for
     #: what the plan does not model: noticing the input (the trigger polls), claiming it,
