@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from airflow_iqp.state import claim_units, count_landed, list_ready_units, note_seen, read_claims, read_json
+from airflow_iqp.state import ClaimError, claim_units, count_landed, list_ready_units, note_seen, read_claims, read_json
 from airflow_iqp.streams import files_of
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.replan import effective, replan, replan_after
@@ -132,10 +132,16 @@ def wait_and_claim(batch: Batch, poll: float = TAIL_POLL_S, sleep: Any = time.sl
     return claim_batch(batch)
 
 
+#: How often a claim lists again after losing a race for units to another batch.
+CLAIM_ATTEMPTS = 3
+
+
 def claim_batch(batch: Batch, now: float | None = None) -> dict:
     """Claim every arrived, unclaimed unit for this batch (once: a retry re-reads the claim).
 
-    A MinBatch of dynamic mode claims at most its size (``max_units``).
+    A MinBatch of dynamic mode claims at most its size (``max_units``). Batches that fire
+    at the same moment may race for the same units: the loser of the race lists again and
+    claims what is left.
     """
     batch = effective(batch)
     ws = batch.window_state()
@@ -143,6 +149,15 @@ def claim_batch(batch: Batch, now: float | None = None) -> dict:
         return read_json(ws.claim_path(batch.index))
     if batch.skip:
         return claim_units(ws, batch.index, [], [])
+    for attempt in range(1, CLAIM_ATTEMPTS + 1):
+        try:
+            return _claim_unclaimed(batch, ws, now)
+        except ClaimError:  # another batch claimed some of these units after we looked
+            if attempt == CLAIM_ATTEMPTS:
+                raise
+
+
+def _claim_unclaimed(batch: Batch, ws, now: float | None) -> dict:
     taken = {u for m in read_claims(ws).values() for u in m.get("units", [])}
     streams = batch.stream_list()
     listed = list_ready_units(batch.landing, streams)
