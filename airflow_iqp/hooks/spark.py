@@ -1,0 +1,189 @@
+"""IQPSparkHook: where the provider's Spark work runs, by spark-submit or on a Spark Connect server.
+
+It owns what the Spark jobs need around them: the clean environment spark-submit runs
+with, the spark-submit binary, the local-mode conf and the zip of the package shipped to
+the executors. The spark-submit itself is the Spark provider's
+:class:`~airflow.providers.apache.spark.hooks.spark_submit.SparkSubmitHook` (its command
+line, its log handling, its ``on_kill``), given the binary and a complete environment: this
+process's ``os.environ`` and ``PATH`` stay as they are. A Connect session is opened on a
+``spark_connect`` connection, as the Spark provider's ``PySparkOperator`` does, and this
+process's environment is left as it was found when the session ends.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, Sequence
+
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk import BaseHook
+from airflow.sdk.exceptions import AirflowNotFoundException
+
+from airflow_iqp import config
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.spark.connect import CONNECT_MODE_VAR
+from airflow_iqp.spark.submit import build_pyfiles_zip, spark_submit_binary, submit_env, submit_spec
+
+#: What a Spark Connect client sets in its process's environment.
+CONNECT_VARS = (CONNECT_MODE_VAR, "SPARK_REMOTE")
+#: The Spark provider's master when the connection does not exist.
+DEFAULT_MASTER = "yarn"
+
+
+def refuse_connect_conf(conf: Mapping[str, Any] | None) -> None:
+    """A ConfigError naming ``conf`` if there is any: a running Spark Connect server takes
+    its conf when it starts, not from a client."""
+    if conf:
+        raise ConfigError(f"a running Spark Connect server cannot take Spark conf ({', '.join(sorted(conf))}): "
+                          f"give it when the server starts (airflow-iqp connect-server start --conf KEY=VALUE), "
+                          f"or run on the spark-submit backend", "conf")
+
+
+class IQPSparkHook(BaseHook):
+    """Runs the provider's Spark jobs: through spark-submit on a ``spark`` connection, or in a
+    session on a ``spark_connect`` connection.
+
+    :param conn_id: the connection (default ``[iqp] spark_conn_id``; for :meth:`session`, a
+        ``spark_connect`` one such as ``[iqp] spark_connect_conn_id``).
+    :param conf: Spark conf for spark-submit (``--conf``), on top of the local-mode defaults
+        for a local master. A Connect session refuses any.
+    :param spark_binary: the spark-submit to run (default: the connection's ``spark-binary``
+        extra, else :func:`~airflow_iqp.spark.submit.spark_submit_binary`, pyspark's own).
+    :param ship_package: ship the ``airflow_iqp`` package to the executors as ``--py-files``
+        (default ``[iqp] ship_package``).
+    :param env_vars: more environment for spark-submit, on top of :meth:`environment`.
+    :param submit_kwargs: more of the Spark provider's ``SparkSubmitHook`` arguments
+        (``driver_memory``, ``executor_cores``, ``deploy_mode``, ...).
+    """
+
+    conn_name_attr = "conn_id"
+    default_conn_name = "spark_default"
+    hook_name = "Intermittent Query Processing: Spark"
+
+    def __init__(self, conn_id: str | None = None, *, conf: Mapping[str, Any] | None = None,
+                 spark_binary: str | None = None, ship_package: bool | None = None,
+                 env_vars: Mapping[str, Any] | None = None, **submit_kwargs: Any) -> None:
+        super().__init__()
+        self.conn_id = conn_id or config.get("spark_conn_id")
+        self.conf = {k: str(v) for k, v in (conf or {}).items()}
+        self._spark_binary = spark_binary
+        self.ship_package = config.ship_package() if ship_package is None else ship_package
+        self.env_vars = {k: str(v) for k, v in (env_vars or {}).items()}
+        self.submit_kwargs = submit_kwargs
+        self._submit_hook: SparkSubmitHook | None = None
+        self._session: Any = None
+
+    def get_conn(self) -> Any:
+        """The Spark provider's hook of the running spark-submit, if one was started."""
+        return self._submit_hook
+
+    # ------------------------------------------------------------------ spark-submit
+
+    def _conn(self):
+        try:
+            return self.get_connection(self.conn_id)
+        except AirflowNotFoundException:
+            return None
+
+    @property
+    def master(self) -> str:
+        """The Spark master of the connection, read as the Spark provider reads it (``yarn``
+        when the connection does not exist)."""
+        conn = self._conn()
+        if conn is None:
+            return DEFAULT_MASTER
+        if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
+            master = conn.host
+        else:
+            master = f"{conn.conn_type}://{conn.host or ''}"
+        return f"{master}:{conn.port}" if conn.port else master
+
+    @property
+    def spark_binary(self) -> str:
+        """The spark-submit that runs: given, or the connection's ``spark-binary``, or pyspark's own."""
+        if self._spark_binary:
+            return self._spark_binary
+        conn = self._conn()
+        named = conn.extra_dejson.get("spark-binary") if conn is not None else None
+        return named or spark_submit_binary()
+
+    def submit_conf(self) -> dict[str, str]:
+        """The ``--conf`` of a submit: the local-mode defaults for a local master only, then ``conf``."""
+        return submit_spec("", master=self.master, conf=self.conf)["conf"]
+
+    def environment(self) -> dict[str, str]:
+        """The complete environment spark-submit runs with: this process's, without what a
+        Spark Connect session left in it, with this interpreter for the driver and workers and
+        the package importable (:func:`~airflow_iqp.spark.submit.submit_env`), plus ``env_vars``."""
+        return {**submit_env(), **self.env_vars}
+
+    def py_files(self) -> str | None:
+        """The zip of the package for ``--py-files``, when it is shipped."""
+        return str(build_pyfiles_zip()) if self.ship_package else None
+
+    def submit_hook(self, application: str, application_args: Sequence[str] = (), *,
+                    name: str = "airflow-iqp") -> SparkSubmitHook:
+        """The Spark provider's hook for one spark-submit of ``application``."""
+        kwargs = {**self.submit_kwargs}
+        py_files = self.py_files()
+        if py_files and not kwargs.get("py_files"):
+            kwargs["py_files"] = py_files
+        return SparkSubmitHook(conf=self.submit_conf(), conn_id=self.conn_id, name=name,
+                               application_args=[str(a) for a in application_args],
+                               spark_binary=self.spark_binary, **kwargs)
+
+    def submit(self, application: str, application_args: Sequence[str] = (), *, name: str = "airflow-iqp") -> None:
+        """Run ``application`` through spark-submit and wait for it; raises if it fails.
+
+        The provider's hook gets no ``env_vars`` (it would add them to a copy of
+        ``os.environ``) but the complete :meth:`environment` as the child's ``env``.
+        """
+        self._submit_hook = self.submit_hook(application, application_args, name=name)
+        self._submit_hook.submit(application, env=self.environment())
+
+    def on_kill(self) -> None:
+        """Kill the running spark-submit (the Spark provider's ``on_kill``), or interrupt the
+        running Connect session's work."""
+        if self._submit_hook is not None:
+            self._submit_hook.on_kill()
+        if self._session is not None:
+            self._session.interruptAll()
+
+    # ------------------------------------------------------------------ Spark Connect
+
+    def connect_url(self) -> str:
+        """The ``sc://`` URL of the ``spark_connect`` connection (the Spark provider's ``SparkConnectHook``)."""
+        return SparkConnectHook(self.conn_id).get_connection_url()
+
+    @contextmanager
+    def session(self, app_name: str = "airflow-iqp") -> Iterator[Any]:
+        """A Spark Connect session on the connection, stopped on exit.
+
+        A Spark Connect client marks its process (``SPARK_CONNECT_MODE_ENABLED``) and never
+        clears the mark; on exit these variables are as they were before the session.
+        """
+        refuse_connect_conf(self.conf)
+        from pyspark.sql import SparkSession
+
+        url = self.connect_url()
+        before = {k: os.environ.get(k) for k in CONNECT_VARS}
+        try:
+            self._session = SparkSession.builder.remote(url).appName(app_name).create()
+            try:
+                yield self._session
+            finally:
+                self._session.stop()
+                self._session = None
+        finally:
+            _restore(before)
+
+
+def _restore(values: Mapping[str, str | None]) -> None:
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+

@@ -1,0 +1,121 @@
+"""IQPSparkHook: the spark-submit it starts (run against a stand-in binary) and the Connect checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from airflow.sdk.exceptions import AirflowException
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.hooks.spark import IQPSparkHook
+from airflow_iqp.spark.submit import LOCAL_CONF, job_path
+from tests.unit.support import alive, fake_submit, read_record
+
+pytestmark = pytest.mark.usefixtures("spark_connections")
+
+
+def submitted(record: Path) -> tuple[list[str], dict[str, str]]:
+    rec = read_record(record)
+    return rec["argv"], rec["env"]
+
+
+def conf_of(argv: list[str]) -> dict[str, str]:
+    return dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--conf")
+
+
+def test_a_local_master_gets_the_local_defaults_under_the_given_conf(monkeypatch):
+    hook = IQPSparkHook(conf={"spark.sql.shuffle.partitions": 8})
+    assert hook.conn_id == "spark_default" and hook.master == "local[2]"
+    assert hook.submit_conf() == {**LOCAL_CONF, "spark.sql.shuffle.partitions": "8"}
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps({"conn_type": "spark", "host": "yarn"}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_HA", json.dumps({"conn_type": "spark", "host": "spark://m1",
+                                                             "port": 7077}))
+    assert IQPSparkHook("spark_yarn", conf={"a": "1"}).submit_conf() == {"a": "1"}
+    assert IQPSparkHook("spark_ha").master == "spark://m1:7077"
+    # Without the connection, the Spark provider's default master: not a local one.
+    assert IQPSparkHook("no_such_connection").master == "yarn"
+    assert IQPSparkHook("no_such_connection").submit_conf() == {}
+
+
+def test_the_binary_is_pyspark_s_own_unless_given(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    beside = Path(sys.executable).parent / "spark-submit"
+    assert IQPSparkHook().spark_binary == str(beside)
+    assert IQPSparkHook(spark_binary="/opt/spark/bin/spark-submit").spark_binary == "/opt/spark/bin/spark-submit"
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK3", json.dumps({"conn_type": "spark", "host": "local",
+                                                          "extra": {"spark-binary": "spark3-submit"}}))
+    assert IQPSparkHook("spark3").spark_binary == "spark3-submit"
+
+
+def test_submit_runs_with_a_clean_environment_and_leaves_this_process_s_alone(tmp_path, monkeypatch):
+    # What a Spark Connect session in this process leaves behind: spark-submit fails with it.
+    monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")
+    monkeypatch.setenv("SPARK_REMOTE", "sc://127.0.0.1:15002")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    before = dict(os.environ)
+    binary, record = fake_submit(tmp_path)
+    hook = IQPSparkHook(conf={"spark.executor.cores": "1"}, spark_binary=binary, env_vars={"IQP_TEST": "yes"})
+    app = job_path("final")
+    hook.submit(app, ["cq2", tmp_path / "window"], name="iqp-final-cq2")
+    argv, env = submitted(record)
+    assert dict(os.environ) == before
+    assert "SPARK_CONNECT_MODE_ENABLED" not in env and "SPARK_REMOTE" not in env
+    assert env["PATH"] == "/usr/bin:/bin" and env["IQP_TEST"] == "yes"
+    assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == sys.executable
+    assert str(Path(app).parents[2]) in env["PYTHONPATH"].split(os.pathsep)
+    assert argv[argv.index("--master") + 1] == "local[2]" and argv[argv.index("--name") + 1] == "iqp-final-cq2"
+    assert conf_of(argv) == {**LOCAL_CONF, "spark.executor.cores": "1"}
+    assert argv[-3:] == [app, "cq2", str(tmp_path / "window")] and "--py-files" not in argv
+
+
+def test_the_package_is_shipped_as_py_files_when_asked(tmp_path):
+    binary, record = fake_submit(tmp_path)
+    IQPSparkHook(spark_binary=binary, ship_package=True).submit(job_path("batch"), ["q"])
+    argv, _env = submitted(record)
+    zipped = Path(argv[argv.index("--py-files") + 1])
+    assert zipped.name == "airflow_iqp.zip" and zipped.is_file()
+
+
+def test_a_failed_submit_raises_and_on_kill_kills_the_running_one(tmp_path):
+    binary, record = fake_submit(tmp_path, exit_code=3)
+    with pytest.raises(AirflowException, match="Error code is: 3"):
+        IQPSparkHook(spark_binary=binary).submit(job_path("batch"), ["q"])
+    binary, record = fake_submit(tmp_path, sleep=60)
+    record.unlink()
+    hook = IQPSparkHook(spark_binary=binary)
+    errors = []
+
+    def run():
+        try:
+            hook.submit(job_path("batch"), ["q"])
+        except AirflowException as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not record.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = read_record(record)["pid"]
+    assert alive(pid)
+    hook.on_kill()
+    thread.join(timeout=30)
+    assert not thread.is_alive() and errors and not alive(pid)
+
+
+def test_connect_reads_the_spark_connect_connection_and_refuses_conf(monkeypatch):
+    hook = IQPSparkHook("spark_connect_default")
+    assert hook.connect_url() == "sc://127.0.0.1:15002/"
+    refused = IQPSparkHook("spark_connect_default", conf={"spark.executor.memory": "4g"})
+    before = dict(os.environ)
+    with pytest.raises(ConfigError) as err:
+        with refused.session():
+            pass
+    assert err.value.field == "conf" and "spark.executor.memory" in str(err.value)
+    assert dict(os.environ) == before

@@ -1,0 +1,92 @@
+"""Helpers of the unit tests: a minimal Airflow context, and a stand-in for spark-submit that
+records how it was started and writes what the job would."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+
+import pendulum
+
+START = pendulum.datetime(2027, 1, 15, 8, tz="UTC")
+
+
+class TI:
+    """The few things of a task instance the operators use."""
+
+    def __init__(self, task_id: str = "task", map_index: int = -1, try_number: int = 1):
+        self.task_id, self.map_index, self.try_number = task_id, map_index, try_number
+        self.start_date = pendulum.now("UTC")
+        self.xcom: dict[str, object] = {}
+
+    def xcom_push(self, key: str, value: object) -> None:
+        self.xcom[key] = value
+
+
+def context(ti: TI | None = None, start=START, end=None, **more) -> dict:
+    """A task's context: the run's window, its task instance, the outlet events."""
+    return {"ti": ti or TI(), "data_interval_start": start, "data_interval_end": end or start.add(minutes=4),
+            "outlet_events": defaultdict(SimpleNamespace), **more}
+
+
+FAKE = '''\
+#!{python}
+"""Stands in for spark-submit: records how it was started, and writes what the job would."""
+import json, os, sys, time
+from pathlib import Path
+
+argv = sys.argv[1:]
+Path({record!r}).write_text(json.dumps({{"argv": argv, "env": dict(os.environ), "pid": os.getpid()}}))
+app = next(i for i, a in enumerate(argv) if a.endswith("_job.py"))
+job, args = Path(argv[app]).name, argv[app + 1:]
+time.sleep({sleep})
+if job == "batch_job.py" and len(args) >= 4:
+    query, claim, static, output = args[:4]
+    units = json.loads(Path(claim).read_text())["units"]
+    Path(output).mkdir(parents=True, exist_ok=True)
+    Path(output + ".metrics.json").write_text(json.dumps({{
+        "query": query, "units": len(units), "wall_seconds": 2.0, "cpu_seconds": 1.0, "backend": "spark-submit",
+        "written_at": time.time()}}))
+elif job == "final_job.py" and len(args) >= 2:
+    query, window_dir = args[:2]
+    manifest = Path(window_dir) / "result.manifest.json"
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    old = json.loads(manifest.read_text()) if manifest.is_file() else {{}}
+    revision = old.get("revision", 0) + 1
+    manifest.write_text(json.dumps({{
+        "result": str(Path(window_dir) / "result"), "written_at": time.time(), "rows_out": 3,
+        "wall_seconds": 3.0, "cpu_seconds": 1.5, "backend": "spark-submit", "quarantined": [],
+        "revision": revision, "revisions": [{{"revision": r}} for r in range(1, revision + 1)]}}))
+sys.exit({exit_code})
+'''
+
+
+def fake_submit(tmp_path: Path, sleep: float = 0.0, exit_code: int = 0) -> tuple[str, Path]:
+    """(path of a stand-in spark-submit in ``tmp_path``, path of the record it writes when run)."""
+    record = tmp_path / "submit.json"
+    path = tmp_path / "bin" / "spark-submit"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(textwrap.dedent(FAKE.format(python=sys.executable, record=str(record), sleep=sleep,
+                                                exit_code=exit_code)))
+    path.chmod(0o755)
+    return str(path), record
+
+
+def read_record(record: Path) -> dict:
+    return json.loads(record.read_text())
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie that its parent has not reaped yet is dead too
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
