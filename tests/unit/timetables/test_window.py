@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import timedelta
 
 import pendulum
@@ -133,25 +130,32 @@ def test_summary_description_and_validation():
         WindowTimetable(window=SIX_H, anchor=pendulum.naive(2024, 1, 1))
 
 
-def test_plugin_lists_timetable_strategies_and_deadline_reference(tmp_path):
-    """`airflow plugins -o json` with default settings (a fresh AIRFLOW_HOME) lists them."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env["AIRFLOW_HOME"] = str(tmp_path)
-    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
-    out = subprocess.run([airflow, "plugins", "-o", "json"], env=env, capture_output=True, text=True, check=True, timeout=120)
-    plugins = {p["name"]: p for p in json.loads(out.stdout)}
-    iqp = plugins["airflow_iqp"]
-    assert iqp["timetables"] == ["airflow_iqp.timetables.window.WindowTimetable"]
-    assert iqp["priority_weight_strategies"] == [
-        "airflow_iqp.priority.EDFPriority",
-        "airflow_iqp.priority.LLFPriority",
-        "airflow_iqp.priority.SJFPriority",
-    ]
-    assert "entry_point" in iqp["source"].lower() or "EntryPoint" in iqp["source"]
-    # The CLI does not print deadline_references; ask the plugins manager the same way.
-    code = (
-        "from airflow import plugins_manager as p; import json; "
-        "print(json.dumps(sorted(p.get_deadline_references_plugins())))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, timeout=120)
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["airflow_iqp.deadlines.WindowEndDeadline"]
+def test_deserialize_inverts_serialize_and_equal_timetables_hash_alike():
+    t = tt(anchor=dt(2024, 1, 1, 3))
+    back = WindowTimetable.deserialize(json.loads(json.dumps(t.serialize())))
+    assert back == t and hash(back) == hash(t) and back != tt()
+    assert repr(back) == ("WindowTimetable(window=datetime.timedelta(seconds=21600), "
+                          "deadline_offset=datetime.timedelta(seconds=1800), anchor='2024-01-01T03:00:00+00:00')")
+    assert (t == object()) is False
+
+
+def test_windows_are_fixed_durations_in_utc_across_a_dst_change():
+    """An anchor in a zone with summer time still gives windows of exactly the window's length."""
+    t = WindowTimetable(window=timedelta(days=1), anchor=pendulum.datetime(2024, 3, 1, tz="Europe/Berlin"))
+    before, after = t.window_of(dt(2024, 3, 30, 12)), t.window_of(dt(2024, 4, 1, 12))  # DST began 31 March
+    assert before.start == dt(2024, 3, 29, 23) and after.start == dt(2024, 3, 31, 23)
+    assert (before.end - before.start).total_seconds() == (after.end - after.start).total_seconds() == 86400
+
+
+def test_a_window_boundary_belongs_to_the_window_it_starts():
+    t = tt()
+    assert t.window_start_at_or_before(dt(2024, 3, 1, 6)) == dt(2024, 3, 1, 6)
+    assert t.window_start_at_or_after(dt(2024, 3, 1, 6)) == dt(2024, 3, 1, 6)
+    assert t.window_start_at_or_after(dt(2024, 3, 1, 6, 0, 1)) == dt(2024, 3, 1, 12)
+    assert t.window_of(dt(2024, 3, 1, 5, 59, 59)) == DataInterval(dt(2024, 3, 1, 0), dt(2024, 3, 1, 6))
+
+
+def test_summary_of_windows_that_are_not_whole_minutes():
+    assert WindowTimetable(window=timedelta(seconds=90), deadline_offset=timedelta(seconds=2.5)).summary == \
+        "window 90s, deadline +2.5s"
+    assert WindowTimetable(window=timedelta(days=2)).summary == "window 2d, deadline +0s"
