@@ -36,13 +36,14 @@ def get_provider_info() -> dict:
             "tags": ["software"],
         }],
         "operators": [{"integration-name": "Intermittent Query Processing",
-                       "python-modules": ["airflow_iqp.operators.plan", "airflow_iqp.operators.submit",
-                                          "airflow_iqp.operators.final", "airflow_iqp.operators.connect"]}],
+                       "python-modules": ["airflow_iqp.operators.plan", "airflow_iqp.operators.batch",
+                                          "airflow_iqp.operators.final"]}],
         "sensors": [{"integration-name": "Intermittent Query Processing",
                      "python-modules": ["airflow_iqp.sensors.ready"]}],
         "triggers": [{"integration-name": "Intermittent Query Processing",
                       "python-modules": ["airflow_iqp.triggers.ready"]}],
-        "hooks": [],
+        "hooks": [{"integration-name": "Intermittent Query Processing",
+                   "python-modules": ["airflow_iqp.hooks.state", "airflow_iqp.hooks.spark"]}],
         "notifications": ["airflow_iqp.notifications.deadline.DeadlineRiskNotifier"],
         "config": {
             "iqp": {

@@ -16,11 +16,10 @@
     )
 
 The DAG: ``plan`` (BatchPlanOperator) -> per batch, a mapped task group ``batch`` of
-``wait`` (BatchReadySensor, deferred to the triggerer) and ``submit``
-(BatchSubmitOperator, spark-submit of the batch job; BatchConnectOperator with
-``backend=SparkConnect()``) -> ``final`` (FinalAggregationOperator, or
-FinalConnectOperator). Runs come from a WindowTimetable: one per window, created
-as the window opens.
+``wait`` (BatchReadySensor, deferred to the triggerer) and ``submit`` (BatchOperator:
+spark-submit of the batch job, or the same job on a Spark Connect server with
+``backend=SparkConnect()``) -> ``final`` (FinalOperator, on the same backend). Runs come
+from a WindowTimetable: one per window, created as the window opens.
 
 With ``SparkSubmit(fuse_tail=True)`` (or ``SparkConnect(...)``) the last batch is not a
 mapped task: ``tail_wait`` (the same sensor, deferred, claiming nothing) wakes
@@ -48,9 +47,9 @@ from airflow_iqp.options import (
 )
 from airflow_iqp.query import Query, decompose
 from airflow_iqp.streams import as_streams, ddl_columns, landing_of
-from airflow_iqp.operators.final import FinalAggregationOperator
+from airflow_iqp.operators.batch import BatchOperator
+from airflow_iqp.operators.final import FinalOperator
 from airflow_iqp.operators.plan import BatchPlanOperator
-from airflow_iqp.operators.submit import BatchSubmitOperator
 from airflow_iqp.sensors.ready import BatchReadySensor
 from airflow_iqp.timetables.window import WindowTimetable
 
@@ -125,11 +124,6 @@ def iqp_dag(*, sql: str | None = None, name: str | None = None, query: str | Que
     if q.single_batch and not isinstance(cut, OneBatch):
         raise ConfigError(f"query {q.id} cannot be split: run it with cut=OneBatch()", "cut")
     query = q.id
-    if isinstance(backend, SparkConnect):
-        from airflow_iqp.operators.connect import BatchConnectOperator as batch_op
-        from airflow_iqp.operators.connect import FinalConnectOperator as final_op
-    else:
-        batch_op, final_op = BatchSubmitOperator, FinalAggregationOperator
     if alerts.deadline:
         dag_kwargs["deadline"] = window_deadline_alert(deadline_offset, alerts.on_miss, query=query)
     dag_kwargs.setdefault("catchup", False)
@@ -146,7 +140,7 @@ def iqp_dag(*, sql: str | None = None, name: str | None = None, query: str | Que
             task_id="plan", query=q, landing=landing, static=static, state_dir=state_dir,
             streams=[st.to_dict() for st in stream_list] if stream_list else None,
             arrival=arrival, cut=cut, backend=backend, on_deadline_risk=alerts.on_risk)
-        spark = {**backend.task_kwargs(), "retry_delay": dt.timedelta(seconds=5)}
+        spark = {**backend.task_kwargs(), "backend": backend, "retry_delay": dt.timedelta(seconds=5)}
         # On Spark Connect every batch takes a turn on the one server; a spark-submit batch
         # would hold its turn through its JVM's start, so there only fused tails do.
         turns = {"slots": backend.tail_slots} if isinstance(backend, SparkConnect) else {}
@@ -154,16 +148,16 @@ def iqp_dag(*, sql: str | None = None, name: str | None = None, query: str | Que
         @task_group(group_id="batch")
         def batch(entry):
             wait = BatchReadySensor(task_id="wait", batch=entry, map_index_template=BATCH_LABEL)
-            submit = batch_op(task_id="submit", batch=entry, map_index_template=BATCH_LABEL, **spark, **turns)
+            submit = BatchOperator(task_id="submit", batch=entry, map_index_template=BATCH_LABEL, **spark, **turns)
             wait >> submit
 
         tail = XComArg(plan, key="tail") if backend.fuse_tail else None
-        final = final_op(task_id="final", query=query, plan=plan.output, tail=tail, tail_slots=backend.tail_slots,
-                         state_dir=state_dir, **spark)
+        final = FinalOperator(task_id="final", query=query, plan=plan.output, tail=tail,
+                              tail_slots=backend.tail_slots, state_dir=state_dir, **spark)
         batch.expand(entry=plan.output) >> final
         if arrival.late == "merge":  # the window before this one: its late units, merged into its result
             late_batch = XComArg(plan, key="late")
-            BatchReadySensor(task_id="late_wait", batch=late_batch) >> final_op(
+            BatchReadySensor(task_id="late_wait", batch=late_batch) >> FinalOperator(
                 task_id="late", query=query, late=late_batch, state_dir=state_dir, **spark)
         if backend.fuse_tail:
             BatchReadySensor(task_id="tail_wait", batch=tail, claim=False) >> final

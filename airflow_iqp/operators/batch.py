@@ -1,0 +1,113 @@
+"""BatchOperator: one planned batch's partial aggregation, by spark-submit or on a Spark Connect server."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any, Mapping, Sequence
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.hooks.state import IQPStateHook
+from airflow_iqp.operators._backends import strategy
+from airflow_iqp.window.batch import Batch
+
+#: A batch's execution_timeout is never shorter: on a cluster shared by several queries a
+#: batch can take several times its planned cost, and a killed batch is a lost partial and
+#: a retry, which is later still.
+BATCH_TIMEOUT_MIN_S = 600.0
+
+
+class BatchOperator(BaseOperator):
+    """Runs one planned batch; the batch writes its partial result.
+
+    ``backend="spark-submit"`` runs ``airflow_iqp/spark/batch_job.py`` through spark-submit
+    (:class:`~airflow_iqp.hooks.spark.IQPSparkHook`); ``backend="spark-connect"`` runs the
+    same ``execute_batch`` on a session of a running Spark Connect server, in its turn
+    among the state directory's queries (``slots``). The batch's label in the UI
+    (``map_index_template="{{ task.batch.label }}"``), its ``execution_timeout`` (planned
+    cost plus the backend's start-up) and the point where retries stop (when a retry could
+    no longer finish before the deadline) all come from the plan entry. A batch whose
+    sensor claimed nothing is skipped. Killing the task kills its spark-submit, or
+    interrupts its Connect session's work.
+
+    :param batch: one entry of the plan task's output (mapped).
+    :param backend: ``"spark-submit"`` or ``"spark-connect"``, or the typed
+        :class:`~airflow_iqp.options.SparkSubmit` / :class:`~airflow_iqp.options.SparkConnect`
+        (whose ``conn_id`` and ``conf`` are then the defaults).
+    :param conn_id: the Spark connection (default ``[iqp] spark_conn_id``, or
+        ``[iqp] spark_connect_conn_id`` on Spark Connect).
+    :param conf: Spark conf of the spark-submit. A running Connect server takes none: given
+        there, it is refused.
+    :param slots: on Spark Connect, batches of the state directory's queries that the server
+        runs at once, earliest deadline first (:func:`~airflow_iqp.coordination.cluster_turn`);
+        0, the default, is no limit.
+    :param spark_kwargs: more arguments of the Spark provider's ``SparkSubmitHook``
+        (``driver_memory``, ``executor_cores``, ...; spark-submit only).
+    """
+
+    template_fields: Sequence[str] = ("batch",)
+    ui_color = "#fde2c8"
+
+    def __init__(self, *, batch: Any, backend: Any = "spark-submit", conn_id: str | None = None,
+                 conf: Mapping[str, Any] | None = None, slots: int = 0, spark_kwargs: Mapping[str, Any] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.batch = batch
+        self._strategy = strategy(backend, conn_id, conf, **(spark_kwargs or {}))
+        self.backend = self._strategy.name
+        if slots and self.backend != "spark-connect":
+            raise ConfigError("a spark-submit batch would hold its turn while its JVM starts: slots are for "
+                              "Spark Connect (on spark-submit, fused tails take turns: FinalOperator's tail_slots)",
+                              "slots")
+        self.slots = slots
+
+    def _entry(self) -> Batch:
+        return Batch.from_dict(self.batch)
+
+    def render_template_fields(self, context, jinja_env=None) -> None:
+        super().render_template_fields(context, jinja_env)
+        # ``batch`` stays the plan entry's JSON (``{{ task.batch.label }}`` reads its label);
+        # its planned cost bounds the run.
+        self.execution_timeout = self.timeout_for(self._entry())
+
+    def timeout_for(self, batch: Batch) -> dt.timedelta:
+        """The batch's execution_timeout: three times its planned cost plus the backend's start-up."""
+        return dt.timedelta(seconds=max(BATCH_TIMEOUT_MIN_S, self._strategy.overhead_s + 3 * batch.cost))
+
+    def execute(self, context) -> dict:
+        batch = self._entry()
+        state = IQPStateHook(batch.state_dir)
+        claim = state.claim(batch)
+        if not claim or not claim.get("units"):
+            raise AirflowSkipException(f"{batch.label}: no claimed input")
+        try_number = context["ti"].try_number
+        remaining = batch.remaining_cost + self._strategy.overhead_s
+        if try_number > 1 and not batch.backfill and time.time() + remaining > batch.deadline_ts:
+            raise AirflowFailException(
+                f"{batch.label}: attempt {try_number} could no longer meet the deadline "
+                f"({dt.datetime.fromtimestamp(batch.deadline_ts, dt.timezone.utc):%H:%M:%S}); not retrying")
+        self._strategy.run_batch(batch, state, slots=self.slots, app_name=f"iqp-batch-{batch.query}-{batch.index}")
+        ws = state.window_of(batch)
+        metrics = state.metrics(ws, batch.index)
+        self.log.info("%s: %d units in %.1f s wall, %.1f s CPU (%s)", batch.label, metrics["units"],
+                      metrics["wall_seconds"], metrics["cpu_seconds"] or 0.0, metrics.get("backend"))
+        started = getattr(context["ti"], "start_date", None)
+        cpu = state.record_task_cpu(ws, context["ti"])
+        return {"index": batch.index, "started": started.timestamp() if started else None, "ended": time.time(),
+                **metrics, "task_cpu_seconds": cpu["self_cpu_seconds"] + cpu["children_cpu_seconds"]}
+
+    @property
+    def conn_id(self) -> str | None:
+        """The Spark connection the backend uses (None: the ``[iqp]`` default)."""
+        return self._strategy.conn_id
+
+    @property
+    def conf(self) -> dict:
+        """The Spark conf of the spark-submit (none on Spark Connect)."""
+        return self._strategy.conf
+
+    def on_kill(self) -> None:
+        self._strategy.on_kill()
