@@ -21,7 +21,7 @@ from airflow_iqp.query.store import Saved, save_query
 from airflow_iqp.state import WindowState, atomic_write_json, read_claims, read_cost_history, read_json
 from airflow_iqp.window import accounting
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.config import window_id
+from airflow_iqp.window.config import QueryConfig, window_id
 from airflow_iqp.window.plan import WindowPlan, store_plan
 
 #: Files of a window's directory beside the layout of :mod:`airflow_iqp.state`.
@@ -120,6 +120,11 @@ class IQPStateHook(BaseHook):
         return accounting.window_task_cpu(ws.root)
 
     # ------------------------------------------------------------------ plans and cost history
+
+    def late_entry(self, cfg: QueryConfig, window_start: float, window_end: float) -> Batch | None:
+        """With ``late="merge"``, the earlier window's late batch for this run to merge
+        (:func:`~airflow_iqp.window.accounting.late_entry`), read from that window's plan."""
+        return accounting.late_entry(cfg, window_start, window_end)
 
     def plan(self, ws: WindowState) -> dict | None:
         """The window's stored plan (``plan.json``), or None before it was planned."""

@@ -13,13 +13,12 @@ from airflow_iqp.notifications.deadline import DeadlineRiskNotifier
 from airflow_iqp.options import Algorithm1, Arrival, Backend, Cut, SparkSubmit, expect
 from airflow_iqp.query import Query
 from airflow_iqp.query.catalogue import get_query
-from airflow_iqp.query.store import Saved, save_query
-from airflow_iqp.window.accounting import late_entry, record_task_cpu
+from airflow_iqp.hooks.state import IQPStateHook
+from airflow_iqp.query.store import Saved
 from airflow_iqp.window.config import QueryConfig, clock
 from airflow_iqp.window.costs import streams_of
-from airflow_iqp.window.plan import format_window_plan, plan_window, store_plan
+from airflow_iqp.window.plan import format_window_plan, plan_window
 from airflow_iqp.window.readiness import split_tail
-from airflow_iqp.state import WindowState
 
 
 def _json(batch) -> dict:
@@ -90,20 +89,21 @@ class BatchPlanOperator(BaseOperator):
                               "WindowTimetable schedule it", "data_interval")
         cfg = QueryConfig(query=self.query, landing=self.landing, state_dir=self.state_dir, units=self.units,
                           static=self.static, streams=self.streams, **self.options)
+        state = IQPStateHook(cfg.state_dir)
         # What the batch and final jobs run: saved with this window's plan, loaded by the jobs.
-        save_query(cfg.state_dir, Saved(self.query_def or get_query(self.query), streams_of(cfg), cfg.static))
+        state.save_query(Saved(self.query_def or get_query(self.query), streams_of(cfg), cfg.static))
         wp = plan_window(cfg, start.timestamp(), end.timestamp(), (end + self._offset(context)).timestamp())
         self.log.info("plan\n%s", format_window_plan(wp))
-        path = store_plan(wp)
+        path = state.store_plan(wp)
         context["ti"].xcom_push(key="plan", value=wp.to_dict())
         # The window before this one: its late batch, merged by this run (late="merge").
         # (An empty dict, not None, when there is none: an XComArg must resolve to a value.)
-        context["ti"].xcom_push(key="late", value=_json(late_entry(cfg, start.timestamp(), end.timestamp())))
+        context["ti"].xcom_push(key="late", value=_json(state.late_entry(cfg, start.timestamp(), end.timestamp())))
         if not wp.plan.feasible and not wp.backfill:
             context["iqp_plan"] = wp.to_dict()
-            context["iqp_record"] = str(WindowState(cfg.state_dir, cfg.query, wp.window_id).root / "deadline_risk.json")
+            context["iqp_record"] = str(path.parent / "deadline_risk.json")
             self.on_deadline_risk(context)
-        record_task_cpu(path.parent, context["ti"])
+        state.record_task_cpu(state.window(cfg.query, start.timestamp()), context["ti"])
         self.log.info("plan stored in %s: %d batches", path, len(wp.batches))
         if not self.fuse_tail:
             return [b.to_dict() for b in wp.batches]

@@ -1,0 +1,101 @@
+"""BatchPlanOperator against a real state directory and landing directory."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from airflow.sdk import DAG
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.operators.plan import BatchPlanOperator
+from airflow_iqp.options import Algorithm1, Arrival, SparkConnect, SparkSubmit
+from airflow_iqp.query.store import load_query
+from airflow_iqp.state import WindowState, read_json
+from airflow_iqp.timetables.window import WindowTimetable
+from airflow_iqp.window.batch import Batch
+from airflow_iqp.window.config import window_id
+from tests.unit.support import START, TI, context
+
+WINDOW = dt.timedelta(minutes=4)
+COSTS = dict(cost_hint={"kind": "linear", "per_unit": 0.6, "per_batch": 25},
+             final_agg_hint={"kind": "linear", "base": 25, "per_batch": 0.5})
+
+
+def planner(tmp_path, **kwargs) -> BatchPlanOperator:
+    kwargs.setdefault("deadline_offset", dt.timedelta(seconds=100))
+    kwargs.setdefault("arrival", Arrival(units=240, rate=1.0))
+    kwargs.setdefault("cut", Algorithm1(**COSTS))
+    return BatchPlanOperator(task_id="plan", query="cq2", landing=str(tmp_path / "landing"),
+                             state_dir=str(tmp_path / "state"), **kwargs)
+
+
+def window_state(tmp_path, start=START) -> WindowState:
+    return WindowState(tmp_path / "state", "cq2", window_id(start.timestamp()))
+
+
+def test_the_plan_is_stored_pushed_and_returned_as_one_entry_per_batch(tmp_path):
+    ti = TI("plan")
+    entries = planner(tmp_path).execute(context(ti, end=START + WINDOW))
+    ws = window_state(tmp_path)
+    batches = [Batch.from_dict(e) for e in entries]
+    assert len(batches) >= 2 and batches[-1].last and batches[-1].cumulative == 240
+    assert all(b.state_dir == str(tmp_path / "state") and b.window_id == ws.window_id for b in batches)
+    assert batches[-1].deadline_ts == (START + WINDOW).timestamp() + 100
+    stored = read_json(ws.root / "plan.json")
+    assert stored["batches"] == entries == ti.xcom["plan"]["batches"]
+    assert ti.xcom["late"] == {}  # nothing to merge: late data is only recorded by default
+    assert "tail" not in ti.xcom
+    # What the jobs run is saved beside the plan, and the task's CPU is recorded.
+    assert load_query("cq2", str(tmp_path / "state")).query.id == "cq2"
+    assert (ws.root / "cpu" / "plan.-1.1.run.json").is_file()
+
+
+def test_a_fused_tail_is_not_mapped_and_starts_the_backend_s_lead_before_the_end(tmp_path):
+    for backend, lead in ((SparkSubmit(fuse_tail=True), 15.0), (SparkConnect(fuse_tail=True, tail_lead=3), 3.0)):
+        ti = TI("plan")
+        entries = planner(tmp_path, backend=backend).execute(context(ti, end=START + WINDOW))
+        tail = Batch.from_dict(ti.xcom["tail"])
+        assert tail.last and tail.start_ts == tail.ready_ts - lead
+        assert [Batch.from_dict(e).index for e in entries] + [b.index for b in tail.before] + [tail.index] == list(
+            range(1, tail.of + 1))
+
+
+def test_a_deadline_that_cannot_be_met_is_reported_and_the_best_plan_still_runs(tmp_path):
+    entries = planner(tmp_path, deadline_offset=dt.timedelta(seconds=1)).execute(context(end=START + WINDOW))
+    assert entries
+    risk = read_json(window_state(tmp_path).root / "deadline_risk.json")
+    assert risk["query"] == "cq2" and risk["window"] == window_state(tmp_path).window_id
+
+
+def test_the_deadline_comes_from_the_window_timetable_without_deadline_offset(tmp_path):
+    with DAG("t", schedule=WindowTimetable(window=WINDOW, deadline_offset=dt.timedelta(seconds=90)),
+             start_date=START) as dag:
+        op = planner(tmp_path, deadline_offset=None)
+    entries = op.execute(context(end=START + WINDOW, dag=dag))
+    assert Batch.from_dict(entries[0]).deadline_ts == (START + WINDOW).timestamp() + 90
+    with pytest.raises(ConfigError) as err:
+        planner(tmp_path, deadline_offset=None).execute(context(end=START + WINDOW, dag=DAG("u", schedule=None)))
+    assert err.value.field == "deadline_offset"
+
+
+def test_late_merge_hands_this_run_the_earlier_window_s_late_batch(tmp_path):
+    merge = Arrival(units=240, rate=1.0, late="merge", lateness=30)
+    planner(tmp_path, arrival=merge).execute(context(end=START + WINDOW))
+    ti = TI("plan")
+    planner(tmp_path, arrival=merge).execute(context(ti, start=START + WINDOW, end=START + 2 * WINDOW))
+    late = Batch.from_dict(ti.xcom["late"])
+    assert late.late and late.window_id == window_state(tmp_path).window_id
+    assert late.window_start_ts == START.timestamp() and late.lateness == 30
+
+
+def test_bad_settings_and_a_run_without_a_window_name_what_to_fix(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        planner(tmp_path, arrival="observed")
+    assert err.value.field == "arrival"
+    with pytest.raises(ConfigError) as err:
+        planner(tmp_path, backend="spark-submit")
+    assert err.value.field == "backend"
+    with pytest.raises(ConfigError) as err:
+        planner(tmp_path).execute(context(start=START, end=START))
+    assert err.value.field == "data_interval"
