@@ -4,7 +4,7 @@ Every batch of a window waits on the same landing directory. In the triggerer th
 poll at once (:class:`~airflow_iqp.triggers.ready.BatchReadyTrigger` aligns its polls to
 the clock), so a process-wide :class:`ListingCache` lets the first of them list and the
 others reuse that listing while it is fresh: N waiting batches cost one listing per poll,
-not N.
+not N. (Why not the triggerer's shared streams: ``docs/decisions.md``.)
 
 :func:`is_transient` tells an error that a later poll may not see (a shared filesystem's
 blip) from one that needs a person (a bad setting, a missing permission, a bad plan
