@@ -6,13 +6,20 @@ import asyncio
 import math
 import time
 import traceback
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.listing import LISTINGS, ListingCache, is_transient
-from airflow_iqp.window.readiness import LAST_UNIT_GRACE_S, batch_ready, claim_batch, fire_at, tail_started
+from airflow_iqp.window.readiness import (
+    LAST_UNIT_GRACE_S,
+    batch_ready,
+    claim_batch,
+    fire_at,
+    tail_started,
+)
 
 #: Consecutive transient errors (see :func:`~airflow_iqp.window.listing.is_transient`) a
 #: trigger rides out before it fails: with the default 2-second poll, about a minute of a
@@ -90,7 +97,7 @@ class BatchReadyTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             batch = Batch.from_dict(self.batch)
-        except Exception as exc:  # a bad plan entry: no poll will make it good
+        except Exception as exc:  # noqa: BLE001 - a bad plan entry: no poll will make it good
             yield self._failed(exc, time.time(), transient=False)
             return
         listing = (self.listing or LISTINGS).within(self.poll_interval * FRESH_SHARE)
@@ -101,7 +108,7 @@ class BatchReadyTrigger(BaseTrigger):
             now = time.time()
             try:
                 payload, wake = await asyncio.to_thread(self._check, batch, now, listing)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - classified: retried or reported as an event
                 if not is_transient(exc):
                     yield self._failed(exc, now, transient=False)
                     return

@@ -21,8 +21,9 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any
 
 from airflow_iqp.errors import IQPError
 from airflow_iqp.streams import Stream, Unit, count_names, list_units
@@ -106,7 +107,7 @@ class ListingCache:
         key = ("units", landing, json.dumps([s.to_dict() for s in streams], sort_keys=True))
         return list(self._get(key, max_age, lambda: tuple(self._list_units(landing, streams))))
 
-    def within(self, max_age: float) -> "Listing":
+    def within(self, max_age: float) -> Listing:
         """This cache as a :class:`Listing` whose entries are good for ``max_age`` seconds."""
         return Listing(self, max_age)
 

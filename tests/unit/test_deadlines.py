@@ -15,12 +15,22 @@ import pendulum
 import pytest
 from airflow.models.dagrun import DagRun
 from airflow.sdk import AsyncCallback, DeadlineAlert
-from airflow.serialization.decoders import decode_deadline_alert, decode_deadline_reference
-from airflow.serialization.encoders import encode_deadline_alert, encode_deadline_reference
+from airflow.serialization.decoders import (
+    decode_deadline_alert,
+    decode_deadline_reference,
+)
+from airflow.serialization.encoders import (
+    encode_deadline_alert,
+    encode_deadline_reference,
+)
 from sqlalchemy import create_engine, insert
 from sqlalchemy.orm import Session
 
-from airflow_iqp.deadlines import WindowEndDeadline, log_deadline_missed, window_deadline_alert
+from airflow_iqp.deadlines import (
+    WindowEndDeadline,
+    log_deadline_missed,
+    window_deadline_alert,
+)
 
 END = pendulum.datetime(2024, 3, 1, 6, tz="UTC")
 

@@ -24,7 +24,14 @@ from sqlalchemy.orm import Session
 
 from airflow_iqp.planning.policies import Policy, airflow_weight
 from airflow_iqp.priority import (
-    NEUTRAL_WEIGHT, PLAN_TASK_ID, STRATEGIES, EDFPriority, LLFPriority, SJFPriority, plan_entry, run_deadline_ts,
+    NEUTRAL_WEIGHT,
+    PLAN_TASK_ID,
+    STRATEGIES,
+    EDFPriority,
+    LLFPriority,
+    SJFPriority,
+    plan_entry,
+    run_deadline_ts,
     task_instance_mutation_hook,
 )
 from airflow_iqp.timetables.window import WindowTimetable

@@ -7,7 +7,12 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException, TaskDeferred
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSkipException,
+    TaskDeferred,
+)
 
 from airflow_iqp.sensors.ready import DEFER_MARGIN_S, BatchReadySensor
 from airflow_iqp.state import claim_units, read_json
