@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, ClassVar, Mapping
 
+from airflow_iqp import config
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.hooks.spark import IQPSparkHook, refuse_connect_conf
 from airflow_iqp.hooks.state import IQPStateHook
@@ -90,8 +91,6 @@ class _ConnectStrategy(_Strategy):
         if spark_kwargs:
             raise ConfigError(f"spark-submit arguments ({', '.join(sorted(spark_kwargs))}) have no meaning for "
                               f"a running Spark Connect server", sorted(spark_kwargs)[0])
-        from airflow_iqp import config
-
         super().__init__(conn_id or config.connect_conn_id(), None)
 
     def run_batch(self, batch: Batch, state: IQPStateHook, *, slots: int, app_name: str) -> None:

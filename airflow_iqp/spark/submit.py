@@ -1,4 +1,4 @@
-"""Build spark-submit command lines (one function, reused by the Airflow provider) and run them.
+"""Build spark-submit command lines (the provider's Spark hook takes its conf from here) and run them.
 
 No Airflow import. ``submit_args`` only builds a list of strings; ``run_submit`` runs it
 as a child process and measures its wall time and the CPU time of its whole process tree
@@ -59,7 +59,7 @@ def submit_spec(app: str, app_args: Sequence[str] = (), master: str = "local[*]"
                 conf: Mapping[str, str] | None = None, *, py_files: Sequence[str] | str | None = None,
                 name: str | None = None, deploy_mode: str | None = None,
                 driver_memory: str | None = None) -> dict:
-    """The pieces of one spark-submit, as keyword arguments of Airflow's ``SparkSubmitOperator``.
+    """The pieces of one spark-submit, as arguments of the Spark provider's ``SparkSubmitHook``.
 
     ``{"application", "application_args", "conf", "py_files", "name", "deploy_mode",
     "driver_memory", "master"}``. Local masters (``local``, ``local[N]``, ``local[*]``) get
