@@ -56,10 +56,11 @@ class BatchReadyTrigger(BaseTrigger):
     Polls the landing directory every ``poll_interval`` seconds, on the clock's multiples
     of it, so that the triggers of one window poll together and share one listing of their
     landing directory (:data:`~airflow_iqp.window.listing.LISTINGS`); the listing runs in a
-    thread so the triggerer's event loop never blocks. It wakes up exactly at the batch's
-    latest safe start if nothing arrives before it. It claims the batch's units right
-    there, at the moment it fires: the sensor resumes on a worker seconds later, and units
-    that land in between belong to the next batch.
+    thread so the triggerer's event loop never blocks. Between polls it wakes up exactly at
+    the batch's latest safe start (and at its turn on a shared cluster) if nothing arrives
+    before it. It claims the batch's units right there, at the moment it fires: the sensor
+    resumes on a worker seconds later, and units that land in between belong to the next
+    batch.
 
     With ``claim=False`` it fires at a fused tail's ``start_ts`` and leaves the claims to
     the task it wakes (the final task, which claims when each batch is ready).
@@ -103,11 +104,11 @@ class BatchReadyTrigger(BaseTrigger):
         listing = (self.listing or LISTINGS).within(self.poll_interval * FRESH_SHARE)
         give_up = deadline_of(batch)
         errors = 0
-        wake = batch.start_ts if not self.claim else None
+        wakes: tuple[float, ...] = (batch.start_ts,) if not self.claim else ()
         while True:
             now = time.time()
             try:
-                payload, wake = await asyncio.to_thread(self._check, batch, now, listing)
+                payload, wakes = await asyncio.to_thread(self._check, batch, now, listing)
             except Exception as exc:  # noqa: BLE001 - classified: retried or reported as an event
                 if not is_transient(exc):
                     yield self._failed(exc, now, transient=False)
@@ -123,24 +124,27 @@ class BatchReadyTrigger(BaseTrigger):
                 if payload is not None:
                     yield TriggerEvent(payload)
                     return
-            await asyncio.sleep(self._pause(time.time(), wake))
+            await asyncio.sleep(self._pause(time.time(), wakes))
 
-    def _check(self, batch: Batch, now: float, listing) -> tuple[dict | None, float | None]:
-        """One poll, in a thread: (the event's payload or None, when the batch fires on time alone)."""
+    def _check(self, batch: Batch, now: float, listing) -> tuple[dict | None, tuple[float, ...]]:
+        """One poll, in a thread: (the event's payload or None, the times at which the batch's
+        readiness changes on time alone: its fire time, its turn, a late batch's deadline)."""
         if not self.claim:
             reason = tail_started(batch, now)
-            return ({"status": "ready", "reason": reason, "at": now, "units": None} if reason else None), batch.start_ts
+            return ({"status": "ready", "reason": reason, "at": now, "units": None} if reason else None,
+                    (batch.start_ts,))
         reason = batch_ready(batch, now, listing=listing)
         if not reason:
-            return None, fire_at(batch)
+            return None, (fire_at(batch), batch.turn_ts) + ((deadline_of(batch),) if batch.late else ())
         units = len(claim_batch(batch)["units"])
-        return {"status": "ready", "reason": reason, "at": now, "units": units}, None
+        return {"status": "ready", "reason": reason, "at": now, "units": units}, ()
 
-    def _pause(self, now: float, wake: float | None) -> float:
+    def _pause(self, now: float, wakes: tuple[float, ...]) -> float:
         """Seconds to the next poll: the next multiple of the poll interval on the clock (the
-        same instant for every trigger with this interval), or the fire time if sooner."""
+        same instant for every trigger with this interval), or the next of ``wakes`` if it
+        comes first."""
         tick = math.floor(now / self.poll_interval + 1) * self.poll_interval
-        return max(0.01, min(tick, wake if wake is not None else tick) - now)
+        return max(0.01, min([w for w in wakes if now < w < tick] + [tick]) - now)
 
     def _failed(self, exc: BaseException, now: float, transient: bool, errors: int = 1) -> TriggerEvent:
         label = self.batch.get("label", "batch") if isinstance(self.batch, dict) else "batch"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import time
 from typing import Any
 
@@ -162,6 +164,11 @@ def _claim_unclaimed(batch: Batch, ws, now: float | None) -> dict:
     streams = batch.stream_list()
     listed = list_ready_units(batch.landing, streams)
     seen = note_seen(ws, [u.name for u in listed], now)
+    if not listed and seen and "://" not in batch.landing and not os.path.isdir(batch.landing):
+        # This window's units were seen there: a missing directory is a mount's blip, not an
+        # empty window, and claiming nothing would hand the batch's units to the next one.
+        raise FileNotFoundError(errno.ENOENT, "the landing directory is gone, though this window's units "
+                                "were seen in it", batch.landing)
     units = [p for p in listed if p.name not in taken]
     if batch.max_units is not None:  # a MinBatch takes its size, oldest units first
         units = units[: batch.max_units]

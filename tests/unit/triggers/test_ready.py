@@ -102,6 +102,15 @@ def test_fires_on_time_at_the_latest_safe_start(tmp_path):
     assert batch.latest_start_ts <= event.payload["at"] < batch.latest_start_ts + 1.0
 
 
+def test_a_batch_past_its_fire_time_fires_at_its_turn(tmp_path):
+    """On a shared cluster a batch waits for its turn (turn_ts) even when its time has come."""
+    now = time.time()
+    batch = file_batch(tmp_path, ready_ts=now - 2, latest_start_ts=now - 1, turn_ts=now + 0.3)
+    event = first_event(BatchReadyTrigger(batch, poll_interval=10))  # woken by the turn, not a poll
+    assert event.payload["reason"] == "time"
+    assert batch.turn_ts <= event.payload["at"] < batch.turn_ts + 1.0
+
+
 def test_a_fused_tails_wait_fires_at_its_start_and_claims_nothing(tmp_path):
     tail = file_batch(tmp_path, last=True, index=2, start_ts=time.time() + 0.2)
     land(tail, 0, 1, 2, 3)
@@ -124,6 +133,25 @@ def test_a_transient_listing_error_is_logged_and_retried(tmp_path, capfd):
     logged = capfd.readouterr()
     retried = [line for line in (logged.out + logged.err).splitlines() if "trying again at the next poll" in line]
     assert len(retried) >= 2 and "Stale file handle" in retried[0]
+
+
+def test_a_landing_directory_gone_for_a_moment_delays_the_claim_and_loses_nothing(tmp_path):
+    """A mount that drops the directory at the batch's fire time: the claim waits for it to come
+    back instead of claiming nothing, which would hand the batch's units to the next batch."""
+    now = time.time()
+    batch = file_batch(tmp_path, index=2, latest_start_ts=now + 0.4, label="batch 2/2")  # batch 1 never claims
+    land(batch, 0, 1)
+    landing, away = tmp_path / "landing", tmp_path / "landing.away"
+
+    async def blip():
+        await asyncio.sleep(0.2)  # the trigger has seen the units by now
+        landing.rename(away)
+        await asyncio.sleep(0.6)
+        away.rename(landing)
+
+    event = first_event(BatchReadyTrigger(batch, poll_interval=POLL), meanwhile=blip)
+    assert event.payload["reason"] == "time" and event.payload["units"] == 2
+    assert event.payload["at"] >= now + 0.8
 
 
 def test_transient_errors_fail_the_trigger_after_max_errors_in_a_row(tmp_path):
