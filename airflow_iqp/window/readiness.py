@@ -143,7 +143,9 @@ def claim_batch(batch: Batch, now: float | None = None) -> dict:
 
     A MinBatch of dynamic mode claims at most its size (``max_units``). Batches that fire
     at the same moment may race for the same units: the loser of the race lists again and
-    claims what is left.
+    claims what is left. A local landing directory that is missing after the window's units
+    were seen in it raises ``FileNotFoundError`` (a transient error the waits retry) rather
+    than claiming nothing.
     """
     batch = effective(batch)
     ws = batch.window_state()
