@@ -11,7 +11,8 @@ accounting); a strategy only starts the work and stops it (``on_kill``).
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from airflow_iqp import config
 from airflow_iqp.errors import ConfigError

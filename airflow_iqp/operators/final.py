@@ -4,7 +4,8 @@ Connect server, and account for the window."""
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from airflow.sdk import Asset, BaseOperator, TriggerRule
 
