@@ -11,6 +11,7 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from airflow_iqp.errors import ConfigError
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.listing import LISTINGS, ListingCache, is_transient
 from airflow_iqp.window.readiness import (
@@ -98,6 +99,9 @@ class BatchReadyTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             batch = Batch.from_dict(self.batch)
+            if not self.claim and batch.start_ts is None:
+                raise ConfigError("the wait before a fused tail's final task needs the plan's tail (with start_ts)",
+                                  "batch")
         except Exception as exc:  # noqa: BLE001 - a bad plan entry: no poll will make it good
             yield self._failed(exc, time.time(), transient=False)
             return
@@ -143,7 +147,8 @@ class BatchReadyTrigger(BaseTrigger):
         """Seconds to the next poll: the next multiple of the poll interval on the clock (the
         same instant for every trigger with this interval), or the next of ``wakes`` if it
         comes first."""
-        tick = math.floor(now / self.poll_interval + 1) * self.poll_interval
+        interval = max(self.poll_interval, 0.01)
+        tick = math.floor(now / interval + 1) * interval
         return max(0.01, min([w for w in wakes if now < w < tick] + [tick]) - now)
 
     def _failed(self, exc: BaseException, now: float, transient: bool, errors: int = 1) -> TriggerEvent:

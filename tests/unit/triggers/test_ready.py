@@ -187,6 +187,13 @@ def test_a_bad_plan_entry_fails_at_once(tmp_path):
     assert event.payload["error"] == "batch 1/2: ConfigError: batch: a plan entry lacks deadline_ts"
 
 
+def test_a_tails_wait_without_the_tail_fails_at_once(tmp_path):
+    event = first_event(BatchReadyTrigger(file_batch(tmp_path), poll_interval=POLL, claim=False))
+    assert event.payload["transient"] is False
+    assert event.payload["error"] == ("batch 1/2: ConfigError: batch: the wait before a fused tail's final task "
+                                      "needs the plan's tail (with start_ts)")
+
+
 def test_a_config_error_while_polling_fails_at_once(tmp_path):
     batch = file_batch(tmp_path)
     bad = batch.with_(streams=({**batch.streams[0], "format": "xls"},))
