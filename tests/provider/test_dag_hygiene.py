@@ -49,7 +49,7 @@ def test_every_example_parses_in_under_a_second(home):
 
 
 # The plugin listing (timetable, priority strategies, deadline reference) on default
-# settings is checked in tests/airflow/test_timetable.py.
+# settings is checked in tests/unit/plugins/test_iqp.py.
 
 
 def test_provider_is_listed(home):
