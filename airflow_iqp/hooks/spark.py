@@ -51,7 +51,8 @@ class IQPSparkHook(BaseHook):
     :param conf: Spark conf for spark-submit (``--conf``), on top of the local-mode defaults
         for a local master. A Connect session refuses any.
     :param spark_binary: the spark-submit to run (default: the connection's ``spark-binary``
-        extra, else :func:`~airflow_iqp.spark.submit.spark_submit_binary`, pyspark's own).
+        extra, else :func:`~airflow_iqp.spark.submit.spark_submit_binary`: the one on PATH, or
+        pyspark's own beside this interpreter, which a worker without an activated venv has).
     :param ship_package: ship the ``airflow_iqp`` package to the executors as ``--py-files``
         (default ``[iqp] ship_package``).
     :param env_vars: more environment for spark-submit, on top of :meth:`environment`.
@@ -103,7 +104,8 @@ class IQPSparkHook(BaseHook):
 
     @property
     def spark_binary(self) -> str:
-        """The spark-submit that runs: given, or the connection's ``spark-binary``, or pyspark's own."""
+        """The spark-submit that runs: given, or the connection's ``spark-binary``, or the one
+        on PATH, or pyspark's own beside this interpreter."""
         if self._spark_binary:
             return self._spark_binary
         conn = self._conn()

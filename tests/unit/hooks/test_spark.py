@@ -43,7 +43,7 @@ def test_a_local_master_gets_the_local_defaults_under_the_given_conf(monkeypatch
     assert IQPSparkHook("no_such_connection").submit_conf() == {}
 
 
-def test_the_binary_is_pyspark_s_own_unless_given(monkeypatch):
+def test_the_binary_is_pyspark_s_own_when_none_is_given_or_on_path(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     beside = Path(sys.executable).parent / "spark-submit"
     assert IQPSparkHook().spark_binary == str(beside)
