@@ -76,8 +76,12 @@ def _airflow_version() -> str:
     return version("apache-airflow")
 
 
-def build_config(home: Path, dags_folder: Path, api_port: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The AIRFLOW__SECTION__KEY settings of a harness home (all values as strings)."""
+def build_config(home: Path, dags_folder: Path, api_port: int, extra: Mapping[str, str] | None = None,
+                 db_url: str | None = None) -> dict[str, str]:
+    """The AIRFLOW__SECTION__KEY settings of a harness home (all values as strings).
+
+    ``db_url`` is the metadata DB's SQLAlchemy URL; the default is a SQLite file in ``home``.
+    """
     secret = os.urandom(16).hex()
     try:
         from cryptography.fernet import Fernet
@@ -99,7 +103,7 @@ def build_config(home: Path, dags_folder: Path, api_port: int, extra: Mapping[st
         "CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
         "CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
         "CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "simple_auth_manager_passwords.json"),
-        "DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "DATABASE__SQL_ALCHEMY_CONN": db_url or f"sqlite:///{home / 'airflow.db'}",
         "DATABASE__CHECK_MIGRATIONS": "False",
         "API__HOST": "127.0.0.1",
         "API__PORT": str(api_port),
@@ -150,9 +154,19 @@ def _child_env(home: Path, config: Mapping[str, str]) -> dict[str, str]:
     return env
 
 
+def _is_sqlite(env: Mapping[str, str]) -> bool:
+    return env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].startswith("sqlite")
+
+
 def _migrate(home: Path, env: Mapping[str, str], log: Path) -> float:
-    """Migrate the metadata DB, copying a cached migrated DB when one exists. Returns seconds."""
+    """Migrate the metadata DB, copying a cached migrated DB when one exists (SQLite only).
+    Returns seconds."""
     t0 = time.monotonic()
+    if not _is_sqlite(env):
+        with open(log, "ab") as out:
+            subprocess.run([_airflow_bin(), "db", "migrate"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                           check=True, timeout=600)
+        return time.monotonic() - t0
     db = home / "airflow.db"
     cached = _CACHE_DIR / f"airflow-{_airflow_version()}.db"
     if cached.exists():
@@ -186,6 +200,9 @@ class AirflowEnv:
     env: dict[str, str]
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    #: Process groups of components killed on purpose (:meth:`kill`): no longer checked by
+    #: :meth:`check_alive`, still swept by :meth:`stop`.
+    killed: list[int] = field(default_factory=list)
 
     # ---------------------------------------------------------------- processes
     def log_path(self, component: str) -> Path:
@@ -206,6 +223,30 @@ class AirflowEnv:
         )
         out.close()
 
+    def kill(self, component: str, sig: int = signal.SIGKILL, group: bool = True) -> int:
+        """Send ``sig`` to a component (its whole process group, or only its main process with
+        ``group=False``) and wait for the main process to exit; returns its pid.
+
+        The component is no longer expected alive until :meth:`restart`.
+        """
+        proc = self.procs.pop(component)
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(proc.pid, sig)
+            else:
+                os.kill(proc.pid, sig)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+        self.killed.append(proc.pid)
+        return proc.pid
+
+    def restart(self, component: str) -> int:
+        """Start a component again (after :meth:`kill`, or stopping the running one first); returns its pid."""
+        if component in self.procs:
+            self.kill(component, signal.SIGTERM)
+        self._start(component)
+        return self.procs[component].pid
+
     def check_alive(self) -> None:
         dead = {name: p.returncode for name, p in self.procs.items() if p.poll() is not None}
         if dead:
@@ -221,15 +262,16 @@ class AirflowEnv:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
         # Kill the whole group even when the leader exited: workers may outlive it.
-        for proc in self.procs.values():
+        for pgid in [*self.killed, *(p.pid for p in self.procs.values())]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
+                os.killpg(pgid, signal.SIGKILL)
+        for proc in self.procs.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=5)
 
     def leftover_pids(self) -> list[int]:
         """PIDs still alive in any of the harness's process groups (should be empty after stop)."""
-        pgids = {p.pid for p in self.procs.values()}
+        pgids = {p.pid for p in self.procs.values()} | set(self.killed)
         left = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -480,11 +522,35 @@ class AirflowEnv:
 
     # ---------------------------------------------------------------- direct DB reads
     def sql(self, query: str, params: tuple | Mapping = ()) -> list[dict]:
-        """Read-only SQL against the metadata DB (SQLite), rows as dicts."""
+        """Read-only SQL against the metadata DB, rows as dicts.
+
+        Write placeholders as SQLite's ``?``; on PostgreSQL (psycopg2) they become ``%s``.
+        """
+        url = self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+        if not url.startswith("sqlite"):
+            return _pg_sql(url, query.replace("%", "%%").replace("?", "%s") if params else query, params)
         uri = f"file:{self.home / 'airflow.db'}?mode=ro"
         with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as con:
             con.row_factory = sqlite3.Row
             return [dict(r) for r in con.execute(query, params)]
+
+
+def _pg_sql(url: str, query: str, params: tuple | Mapping) -> list[dict]:
+    import psycopg2
+    import psycopg2.extras
+
+    dsn = url.replace("postgresql+psycopg2://", "postgresql://", 1)
+    with contextlib.closing(psycopg2.connect(dsn)) as con:
+        con.set_session(readonly=True, autocommit=True)
+        with con.cursor(cursor_factory=psycopg2.extras.RealDictCursor) as cur:
+            cur.execute(query, params or None)
+            return [dict(r) for r in cur.fetchall()]
+
+
+def connection_env(connections: Mapping[str, Mapping[str, Any] | str]) -> dict[str, str]:
+    """``AIRFLOW_CONN_<ID>`` variables for ``{conn_id: {"conn_type": ..., "host": ...} or URI}``."""
+    return {f"AIRFLOW_CONN_{cid.upper()}": c if isinstance(c, str) else json.dumps(dict(c))
+            for cid, c in connections.items()}
 
 
 class ApiError(RuntimeError):
@@ -502,6 +568,8 @@ def airflow_env(
     keep_home: bool = False,
     local_settings: str | None = None,
     extra_env: Mapping[str, str] | None = None,
+    db_url: str | None = None,
+    connections: Mapping[str, Mapping[str, Any] | str] | None = None,
 ) -> Iterator[AirflowEnv]:
     """Start scheduler, dag-processor, triggerer and api-server on a fresh home; stop them at exit.
 
@@ -509,6 +577,9 @@ def airflow_env(
     ``local_settings`` is written to ``$AIRFLOW_HOME/config/airflow_local_settings.py``
     (cluster policies such as ``task_instance_mutation_hook``).
     ``extra_env`` is added to every process's environment.
+    ``db_url`` is the metadata DB (an empty, reachable database; default: SQLite in the home).
+    ``connections`` are Airflow connections, given to every process as ``AIRFLOW_CONN_*``
+    variables (:func:`connection_env`).
     ``af.timings`` reports seconds for ``migrate``, ``healthy`` (processes up) and ``startup`` (total).
     """
     t0 = time.monotonic()
@@ -520,8 +591,9 @@ def airflow_env(
     home_path.mkdir(parents=True, exist_ok=True)
     (home_path / "process_logs").mkdir(exist_ok=True)
     api_port = free_port()
-    cfg = build_config(home_path, Path(dags_folder).resolve(), api_port, config)
+    cfg = build_config(home_path, Path(dags_folder).resolve(), api_port, config, db_url=db_url)
     env = _child_env(home_path, cfg)
+    env.update(connection_env(connections or {}))
     env.update(extra_env or {})
     if local_settings is not None:
         (home_path / "config").mkdir(exist_ok=True)
