@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_iqp.planning.gate import Planned, made_late
-from airflow_iqp.state import read_json
+from airflow_iqp.state import make_dirs, open_private, read_json
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.readiness import BEHIND_POLL_FACTOR, TAIL_POLL_S, fire_at
 
@@ -85,13 +85,13 @@ def cluster_turn(batch: Batch, slots: int, poll: float = TAIL_POLL_S, sleep: Any
 
     root = Path(batch.state_dir) / "_turns"
     waiting, running = root / "waiting", root / "running"
-    waiting.mkdir(parents=True, exist_ok=True)
-    running.mkdir(parents=True, exist_ok=True)
+    make_dirs(waiting)
+    make_dirs(running)
     name = f"{batch.deadline_ts:020.6f}-{batch.query}-{batch.window_id}-{batch.index:04d}"
     earlier = upcoming(batch)
 
     def hold(path: Path) -> int:
-        fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+        fd = open_private(path, os.O_CREAT | os.O_RDWR)
         fcntl.flock(fd, fcntl.LOCK_EX)
         return fd
 

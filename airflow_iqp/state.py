@@ -13,6 +13,8 @@ this module. The layout is documented in ``docs/state-layout.md``::
 
 Every write goes to a hidden temporary path (name starting with ``.``) in the same
 directory and is renamed into place, so a reader sees either nothing or a complete file.
+Directories and files are made owner- and group-readable only, and every name that
+becomes a path component is checked first (:mod:`airflow_iqp.paths`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import fcntl
 import json
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from airflow_iqp.errors import ConfigError, IQPError
+from airflow_iqp.paths import (  # noqa: F401  (DIR_MODE, FILE_MODE: re-exported for the layout's users)
+    DIR_MODE, FILE_MODE, check_name, make_dirs, open_private, private_temp, restrict_tree,
+)
 from airflow_iqp.streams import TPCH, Stream, count_names, files_of, list_units
 
 COST_HISTORY = "cost_history.jsonl"
@@ -50,10 +54,7 @@ def batch_name(batch: int) -> str:
 
 
 def _check_id(value: str, field: str) -> str:
-    value = str(value)
-    if not value or value.startswith(".") or "/" in value or value in ("..",):
-        raise ConfigError(f"must be a plain, non-hidden directory name, got {value!r}", field=field)
-    return value
+    return check_name(value, field)
 
 
 @dataclass(frozen=True)
@@ -124,10 +125,11 @@ def batch_of(path: str | os.PathLike) -> int:
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to a hidden temp file beside ``path``, fsync it, rename it into place."""
+    """Write ``text`` to a hidden temp file beside ``path``, fsync it, rename it into place
+    (mode :data:`~airflow_iqp.paths.FILE_MODE`, its directories :func:`~airflow_iqp.paths.make_dirs`'s)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    make_dirs(path.parent)
+    fd, tmp = private_temp(path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -169,6 +171,7 @@ def replace_dir(tmp_dir: str | os.PathLike, final_dir: str | os.PathLike) -> Pat
         trash = temp_sibling(final_dir)
         os.rename(final_dir, trash)
     os.rename(tmp_dir, final_dir)
+    restrict_tree(final_dir)  # a writer without our Hadoop umask conf left it world-readable
     if trash is not None:
         shutil.rmtree(trash, ignore_errors=True)
     return final_dir
@@ -177,9 +180,8 @@ def replace_dir(tmp_dir: str | os.PathLike, final_dir: str | os.PathLike) -> Pat
 @contextlib.contextmanager
 def locked(dir_path: str | os.PathLike, name: str = ".lock") -> Iterator[None]:
     """An exclusive ``fcntl`` lock on ``dir_path/name`` (created if needed)."""
-    dir_path = Path(dir_path)
-    dir_path.mkdir(parents=True, exist_ok=True)
-    with open(dir_path / name, "a+") as fh:
+    dir_path = make_dirs(dir_path)
+    with os.fdopen(open_private(dir_path / name, os.O_RDWR | os.O_CREAT), "a+") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         try:
             yield
@@ -229,7 +231,7 @@ def note_seen(ws: WindowState, names: Iterable[str], now: float | None = None) -
     object store sets as it likes)."""
     now = time.time() if now is None else now
     path = ws.root / SEEN
-    ws.root.mkdir(parents=True, exist_ok=True)
+    make_dirs(ws.root)
     with locked(ws.root, ".seen.lock"):
         seen = read_json(path) if path.is_file() else {}
         new = {str(n): now for n in names if str(n) not in seen}
@@ -254,7 +256,7 @@ def claim_units(ws: WindowState, batch: int, units: Iterable[str | int], files: 
 
     Units are stored as strings (the unit directory names, e.g. ``"000003"``).
     """
-    units = [str(u) for u in units]
+    units = [check_name(str(u), "units") for u in units]  # a unit name is one plain name, as listed
     files = [str(f) for f in files]
     if len(set(units)) != len(units):
         raise ClaimError(f"batch {batch} lists a unit twice: {units}")

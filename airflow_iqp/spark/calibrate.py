@@ -32,7 +32,7 @@ from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.planning.models import PiecewiseLinearFinalAgg, fit_piecewise_linear
 from airflow_iqp.query.catalogue import get_query
 from airflow_iqp.state import (
-    WindowState, append_cost_fit, append_cost_history, claim_units, list_ready_units, read_json, unit_files,
+    WindowState, append_cost_fit, append_cost_history, claim_units, list_ready_units, make_dirs, read_json, unit_files,
 )
 
 BACKEND_NAMES = {"submit": "spark-submit", "connect": "spark-connect",
@@ -133,8 +133,8 @@ class _ConnectRunner:
 def _copy_window(src: WindowState, dst: WindowState, batches: Sequence[int]) -> None:
     """``dst`` holds the claims and partials of ``src``'s ``batches`` (for a merge of those partials)."""
     shutil.rmtree(dst.root, ignore_errors=True)
-    dst.claims_dir.mkdir(parents=True)
-    dst.partials_dir.mkdir(parents=True)
+    make_dirs(dst.claims_dir)
+    make_dirs(dst.partials_dir)
     for b in batches:
         shutil.copy2(src.claim_path(b), dst.claim_path(b))
         shutil.copytree(src.partial_path(b), dst.partial_path(b))

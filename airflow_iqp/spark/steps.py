@@ -18,7 +18,7 @@ from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.inputs.tpch import SCHEMAS, schema_ddl
 from airflow_iqp.query.model import Query
 from airflow_iqp.query.store import Saved, load_query
-from airflow_iqp.state import replace_dir, temp_sibling
+from airflow_iqp.state import check_name, make_dirs, open_private, replace_dir, temp_sibling
 from airflow_iqp.streams import Stream, arrow_type, ddl_columns, file_schema, stream_of
 from airflow_iqp.streams import schema_ddl as columns_ddl
 from airflow_iqp.streams import spark_type as spark_type_of
@@ -66,9 +66,8 @@ def expected_columns(stream: Stream, first_file: str, record_dir: str | os.PathL
     path = Path(record_dir) / f"{stream.name}.json"
     if not path.is_file():
         columns = file_schema(_local(first_file), stream.format)
-        path.parent.mkdir(parents=True, exist_ok=True)
         try:  # the first writer wins; a batch that lost the race reads the winner's
-            with open(path, "x") as fh:
+            with os.fdopen(open_private(path), "w") as fh:
                 json.dump({"columns": columns, "taken_from": first_file}, fh)
             return columns
         except FileExistsError:
@@ -218,7 +217,7 @@ def static_path(static, table: str) -> str:
         if table not in static:
             raise ConfigError(f"static table {table} has no path; give static={{'{table}': PATH}}", field="static")
         return str(static[table])
-    return f"{str(static).rstrip('/')}/{table}.parquet"
+    return f"{str(static).rstrip('/')}/{check_name(table, 'static')}.parquet"
 
 
 def read_static(spark, static, table: str):
@@ -287,7 +286,7 @@ def write_atomic(df, final_path: str | os.PathLike, before_rename=None) -> Path:
     to stop a job at exactly that point). An older directory at ``final_path`` is replaced.
     """
     final_path = Path(final_path)
-    final_path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(final_path.parent)
     tmp = temp_sibling(final_path)
     df.write.mode("error").parquet(str(tmp))  # "error" (not "errorifexists"): Spark Connect knows only this name
     if before_rename is not None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import airflow_iqp
+from airflow_iqp.paths import HADOOP_UMASK_CONF
 
 PACKAGE_DIR = Path(airflow_iqp.__file__).resolve().parent
 
@@ -62,11 +63,12 @@ def submit_spec(app: str, app_args: Sequence[str] = (), master: str = "local[*]"
     """The pieces of one spark-submit, as arguments of the Spark provider's ``SparkSubmitHook``.
 
     ``{"application", "application_args", "conf", "py_files", "name", "deploy_mode",
-    "driver_memory", "master"}``. Local masters (``local``, ``local[N]``, ``local[*]``) get
-    :data:`LOCAL_CONF` under ``conf``; other masters get only ``conf``.
+    "driver_memory", "master"}``. Every master gets Hadoop's umask ``027`` (partials and
+    results are not world-readable: :data:`~airflow_iqp.paths.HADOOP_UMASK_CONF`); local
+    masters (``local``, ``local[N]``, ``local[*]``) get :data:`LOCAL_CONF` too; ``conf`` goes over both.
     :func:`submit_args` renders exactly this as a command line.
     """
-    merged: dict[str, str] = dict(LOCAL_CONF) if str(master).startswith("local") else {}
+    merged: dict[str, str] = {**HADOOP_UMASK_CONF, **(LOCAL_CONF if str(master).startswith("local") else {})}
     merged.update({k: str(v) for k, v in (conf or {}).items()})
     if py_files is not None and not isinstance(py_files, str):
         py_files = ",".join(str(p) for p in py_files)

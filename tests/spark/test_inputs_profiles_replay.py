@@ -131,7 +131,8 @@ def test_submit_args_and_pyfiles_zip(tmp_path, monkeypatch):
     assert remote[0] == "/opt/spark/bin/spark-submit"
     assert "spark.ui.enabled=false" not in remote
     spec = submit_spec("/x/batch_job.py", ["cq2", 3], master="yarn", conf={"a": 1}, py_files=["p.zip", "q.zip"])
-    assert spec["application_args"] == ["cq2", "3"] and spec["conf"] == {"a": "1"} and spec["py_files"] == "p.zip,q.zip"
+    assert spec["application_args"] == ["cq2", "3"] and spec["py_files"] == "p.zip,q.zip"
+    assert spec["conf"] == {"spark.hadoop.fs.permissions.umask-mode": "027", "a": "1"}  # not world-readable
     z = build_pyfiles_zip(tmp_path / "pkg.zip")
     names = zipfile.ZipFile(z).namelist()
     assert "airflow_iqp/spark/batch_job.py" in names and "airflow_iqp/state.py" in names

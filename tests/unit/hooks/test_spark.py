@@ -14,6 +14,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.hooks.spark import IQPSparkHook
+from airflow_iqp.paths import HADOOP_UMASK_CONF
 from airflow_iqp.spark.submit import LOCAL_CONF, job_path
 from tests.unit.support import alive, fake_submit, read_record
 
@@ -32,15 +33,15 @@ def conf_of(argv: list[str]) -> dict[str, str]:
 def test_a_local_master_gets_the_local_defaults_under_the_given_conf(monkeypatch):
     hook = IQPSparkHook(conf={"spark.sql.shuffle.partitions": 8})
     assert hook.conn_id == "spark_default" and hook.master == "local[2]"
-    assert hook.submit_conf() == {**LOCAL_CONF, "spark.sql.shuffle.partitions": "8"}
+    assert hook.submit_conf() == {**HADOOP_UMASK_CONF, **LOCAL_CONF, "spark.sql.shuffle.partitions": "8"}
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps({"conn_type": "spark", "host": "yarn"}))
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_HA", json.dumps({"conn_type": "spark", "host": "spark://m1",
                                                              "port": 7077}))
-    assert IQPSparkHook("spark_yarn", conf={"a": "1"}).submit_conf() == {"a": "1"}
+    assert IQPSparkHook("spark_yarn", conf={"a": "1"}).submit_conf() == {**HADOOP_UMASK_CONF, "a": "1"}
     assert IQPSparkHook("spark_ha").master == "spark://m1:7077"
     # Without the connection, the Spark provider's default master: not a local one.
     assert IQPSparkHook("no_such_connection").master == "yarn"
-    assert IQPSparkHook("no_such_connection").submit_conf() == {}
+    assert IQPSparkHook("no_such_connection").submit_conf() == HADOOP_UMASK_CONF
 
 
 def test_the_binary_is_pyspark_s_own_when_none_is_given_or_on_path(monkeypatch):
@@ -70,7 +71,7 @@ def test_submit_runs_with_a_clean_environment_and_leaves_this_process_s_alone(tm
     assert env["PYSPARK_PYTHON"] == env["PYSPARK_DRIVER_PYTHON"] == sys.executable
     assert str(Path(app).parents[2]) in env["PYTHONPATH"].split(os.pathsep)
     assert argv[argv.index("--master") + 1] == "local[2]" and argv[argv.index("--name") + 1] == "iqp-final-cq2"
-    assert conf_of(argv) == {**LOCAL_CONF, "spark.executor.cores": "1"}
+    assert conf_of(argv) == {**HADOOP_UMASK_CONF, **LOCAL_CONF, "spark.executor.cores": "1"}
     assert argv[-3:] == [app, "cq2", str(tmp_path / "window")] and "--py-files" not in argv
 
 
