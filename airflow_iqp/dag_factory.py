@@ -46,6 +46,7 @@ from airflow_iqp.options import (
     Alerts, Algorithm1, Arrival, Backend, Cut, OneBatch, SparkConnect, SparkSubmit, expect,
 )
 from airflow_iqp.query import Query, decompose
+from airflow_iqp.query.model import check_query_id
 from airflow_iqp.streams import as_streams, ddl_columns, landing_of
 from airflow_iqp.operators.batch import BatchOperator
 from airflow_iqp.operators.final import FinalOperator
@@ -174,6 +175,7 @@ def _query_and_streams(query, sql, name, streams, static, allow_single_batch):
     if sql is not None:
         if not name:
             raise ConfigError("a SQL query needs a name= (it names the DAG and the query's state)", "name")
+        check_query_id(name)  # before the SQL is read: the name becomes a directory of the state
         if not streams:
             raise ConfigError("a SQL query needs streams={'table': '<landing path>'}", "streams")
         if static is not None and not isinstance(static, Mapping):

@@ -198,10 +198,34 @@ def _mtime(entry: Mapping) -> float:
 
 
 def _ls(fs, path: str) -> list[dict]:
+    """The entries directly inside ``path``. An object store may list a key such as
+    ``landing/../x`` that resolves outside it, and a name may hold control characters: such
+    an entry is not a unit, and is left out with a warning (a unit name becomes part of the
+    state: claims, ``seen.json``, reports)."""
+    from airflow_iqp.paths import check_name
+
     try:
-        return fs.ls(path, detail=True)
+        entries = fs.ls(path, detail=True)
     except (FileNotFoundError, NotADirectoryError):
         return []
+    parent = posixpath.normpath(str(path).rstrip("/") or "/")
+    inside = []
+    for e in entries:
+        name = str(e["name"]).rstrip("/")
+        base = posixpath.basename(name)
+        try:
+            if ".." in name.split("/") or posixpath.normpath(posixpath.dirname(name) or "/") != parent:
+                raise ConfigError("not inside the listed directory", field="unit")
+            if not is_hidden(base):
+                check_name(base, "unit")
+        except ConfigError as exc:
+            if base != "..":  # a store's pseudo-directory "..": nothing to say
+                import logging
+
+                logging.getLogger(__name__).warning("%s: listed entry %r ignored: %s", path, name, exc)
+            continue
+        inside.append(e)
+    return inside
 
 
 def _full(fs, name: str) -> str:

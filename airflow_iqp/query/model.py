@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from airflow_iqp.errors import ConfigError
+from airflow_iqp.paths import check_name
 
 #: ``CAST(... AS __type_of__<col>__)`` in a merge step: the type of partial column <col>.
 TYPE_OF = "__type_of__{}__"
@@ -33,7 +34,7 @@ _ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 def check_query_id(qid: str) -> str:
     """A query id names a directory of the state directory: letters, digits, ``_ . -``."""
-    if not isinstance(qid, str) or not _ID.match(qid) or qid in (".", ".."):
+    if not isinstance(qid, str) or not _ID.fullmatch(qid) or qid in (".", ".."):  # fullmatch: no trailing "\n"
         raise ConfigError(f"must be letters, digits, '_', '.' or '-' (it names a state directory), got {qid!r}",
                           field="name")
     return qid
@@ -94,6 +95,9 @@ class Query:
         check_query_id(self.id)
         object.__setattr__(self, "streams", tuple(self.streams))
         object.__setattr__(self, "static", tuple(self.static))
+        for kind in ("streams", "static"):  # names of views, of schema records and of static/<table>.parquet
+            for name in getattr(self, kind):
+                check_name(name, kind)
         object.__setattr__(self, "columns", tuple(self.columns))
         if not self.streams:
             raise ConfigError(f"query {self.id} reads no stream; name at least one", field="streams")

@@ -45,6 +45,18 @@ def _remove_stale_temps(output: Path) -> None:
         shutil.rmtree(p, ignore_errors=True)
 
 
+def _check_manifest(manifest: dict, saved) -> None:
+    """A claim manifest names plain units and only files of the query's landing paths: one edited by
+    hand cannot make the batch read, or name in its state, anything else."""
+    from airflow_iqp.paths import check_name, check_within
+
+    for unit in manifest.get("units", []):
+        check_name(str(unit), "manifest.units")
+    roots = [s.path for s in saved.streams if s.path]
+    for f in manifest.get("files", []) if roots else ():
+        check_within(str(f), roots, "manifest.files")
+
+
 def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static_dir: str | None,
                   output: str | os.PathLike, *, state_dir: str | os.PathLike | None = None,
                   history: bool = True, backend: str | None = None) -> dict:
@@ -71,6 +83,7 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
             state_dir = None
     saved = load_query(query_id, state_dir)
     query = saved.query
+    _check_manifest(manifest, saved)
     _remove_stale_temps(output)
     with StepMeter(spark) as meter:
         inspection = inspect_files(files, saved, schema_dir(state_dir, query.id) if state_dir else None)

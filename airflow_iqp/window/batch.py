@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.state import WindowState
+from airflow_iqp.state import WindowState, check_name
 from airflow_iqp.streams import TPCH, Stream
 
 _NUMBER = (int, float)
@@ -57,6 +57,8 @@ class Batch:
     before: tuple["Batch", ...] = ()      #: a fused tail: the batches it runs first
 
     def __post_init__(self):
+        check_name(self.query, "batch.query")  # both name state paths, the cluster's turn files too
+        check_name(self.window_id, "batch.window_id")
         if self.index < 1 or self.of < 1:
             raise ConfigError(f"batch index and count must be >= 1, got {self.index}/{self.of}", "batch")
 
