@@ -65,7 +65,7 @@ def run(args) -> int:
         started = connect.start_server(port)
         url, pid = started["url"], started["pid"]
         if say:
-            say(f"Spark Connect server {url} (pid {pid}): "
+            say(f"Spark Connect server {connect.redact_url(url)} (pid {pid}): "
                 + ("already running" if started["already"] else f"started in {started['startup_seconds']:.1f} s"))
     try:
         report = calibrate(args.query, args.data, backend=args.backend, state_dir=state_dir,

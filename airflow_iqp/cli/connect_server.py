@@ -6,6 +6,11 @@ connection ``spark_connect_default`` (type ``spark_connect``) at the printed URL
 ``start --warm-up Q1,Q2 --data DIR`` then runs those queries over DIR's units until the
 server's JVM is warm (:func:`airflow_iqp.spark.calibrate.warm_up`): a fresh server runs
 its first batches up to 3 times slower than the calibrated costs.
+
+The server listens on 127.0.0.1. ``--host`` binds it elsewhere only when the environment
+variable ``SPARK_CONNECT_AUTHENTICATE_TOKEN`` holds a token, which the server then asks of
+every client (put the same token in the connection's password). The token is read from
+the environment so that it never shows on a command line, and it is never printed.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ def add_parser(subparsers):
                               description=__doc__)
     p.add_argument("action", choices=("start", "stop", "status"))
     p.add_argument("--port", type=int, default=None, help="gRPC port (default 15002)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1); any other needs SPARK_CONNECT_AUTHENTICATE_TOKEN")
     p.add_argument("--dir", help="pid and log directory (default $IQP_CONNECT_DIR or ~/.airflow-iqp/connect)")
     p.add_argument("--master", default="local[*]", help="the server's Spark master (default local[*])")
     p.add_argument("--driver-memory", default="2g", help="the server JVM's heap (default 2g)")
@@ -30,7 +37,7 @@ def add_parser(subparsers):
 
 def run(args) -> int:
     from airflow_iqp.cli.run_window import parse_conf
-    from airflow_iqp.spark.connect import DEFAULT_PORT, server_status, start_server, stop_server
+    from airflow_iqp.spark.connect import DEFAULT_PORT, redact_url, server_status, start_server, stop_server
 
     from airflow_iqp.errors import ConfigError
 
@@ -39,7 +46,7 @@ def run(args) -> int:
         raise ConfigError("--warm-up goes with start and needs --data", field="warm_up")
     if args.action == "start":
         info = start_server(port, base=args.dir, master=args.master, conf=parse_conf(args.conf),
-                            driver_memory=args.driver_memory)
+                            driver_memory=args.driver_memory, host=args.host)
         if args.warm_up:
             from airflow_iqp.spark.calibrate import warm_up
 
@@ -49,5 +56,5 @@ def run(args) -> int:
         info = {**server_status(port, args.dir), "stopped": stop_server(port, base=args.dir)}
     else:
         info = server_status(port, args.dir)
-    print(json.dumps(info))
+    print(json.dumps({**info, "url": redact_url(info["url"])}))
     return 0 if args.action != "status" or info["running"] else 1

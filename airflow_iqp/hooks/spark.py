@@ -24,7 +24,7 @@ from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_iqp import config
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.spark.connect import CONNECT_MODE_VAR
+from airflow_iqp.spark.connect import CONNECT_MODE_VAR, client_url
 from airflow_iqp.spark.submit import build_pyfiles_zip, spark_submit_binary, submit_env, submit_spec
 
 #: What a Spark Connect client sets in its process's environment.
@@ -157,7 +157,8 @@ class IQPSparkHook(BaseHook):
     # ------------------------------------------------------------------ Spark Connect
 
     def connect_url(self) -> str:
-        """The ``sc://`` URL of the ``spark_connect`` connection (the Spark provider's ``SparkConnectHook``)."""
+        """The ``sc://`` URL of the ``spark_connect`` connection (the Spark provider's ``SparkConnectHook``):
+        its password is Spark Connect's token, ``;token=`` in the URL."""
         return SparkConnectHook(self.conn_id).get_connection_url()
 
     @contextmanager
@@ -170,7 +171,8 @@ class IQPSparkHook(BaseHook):
         refuse_connect_conf(self.conf)
         from pyspark.sql import SparkSession
 
-        url = self.connect_url()
+        url = client_url(self.connect_url())
+        _mask_token(url)
         before = {k: os.environ.get(k) for k in CONNECT_VARS}
         try:
             self._session = SparkSession.builder.remote(url).appName(app_name).create()
@@ -181,6 +183,20 @@ class IQPSparkHook(BaseHook):
                 self._session = None
         finally:
             _restore(before)
+
+
+def _mask_token(url: str) -> None:
+    """Hide the URL's token from task logs, as written in the URL (quoted) and as given: Airflow masks
+    a connection's password as given, not its quoted form in the URL, where a message may quote it."""
+    from urllib.parse import unquote
+
+    from airflow.sdk.log import mask_secret
+
+    for part in url.split(";")[1:]:
+        key, _, value = part.partition("=")
+        if key == "token" and value:
+            mask_secret(value)
+            mask_secret(unquote(value))
 
 
 def _restore(values: Mapping[str, str | None]) -> None:

@@ -5,6 +5,11 @@ No Airflow import. Spark's ``sbin/start-connect-server.sh`` is one line over
 pyspark wheel ships ``spark-daemon.sh`` but not that wrapper, so :func:`start_server` makes
 the same call (``spark-daemon.sh`` from pyspark's own ``sbin/``), bound to 127.0.0.1.
 
+The server listens beyond loopback only with Spark Connect's own pre-shared token
+(``spark.connect.authenticate.token``, or the ``SPARK_CONNECT_AUTHENTICATE_TOKEN``
+environment variable that Spark reads when the conf is unset). This package hands the
+token over in the environment only, never on a command line, so it does not show in ``ps``.
+
 * :func:`start_server` / :func:`stop_server` / :func:`server_status`: the daemon, its pid
   file and log under ``<base>/port-<port>/`` (``base`` defaults to ``$IQP_CONNECT_DIR`` or
   ``~/.airflow-iqp/connect``).
@@ -16,18 +21,29 @@ the same call (``spark-daemon.sh`` from pyspark's own ``sbin/``), bound to 127.0
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import re
 import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Mapping
+from urllib.parse import quote
 
 from airflow_iqp.errors import ConfigError
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
 CONNECT_MODE_VAR = "SPARK_CONNECT_MODE_ENABLED"
+DEFAULT_HOST = "127.0.0.1"
+#: Spark Connect's pre-shared token. The server takes the conf, else the variable
+#: (``Connect.getAuthenticateToken``); pyspark's client takes ``;token=`` of the URL, else
+#: the same variable.
+TOKEN_CONF = "spark.connect.authenticate.token"
+TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+BIND_CONF = "spark.connect.grpc.binding.address"
+PORT_CONF = "spark.connect.grpc.binding.port"
 
 #: Server-side defaults for a small local server: the spark-submit LOCAL_CONF without its driver JVM
 #: flags, which trade peak speed for a fast start (right for a short job, not for a server that
@@ -38,6 +54,8 @@ SERVER_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.sql.adaptive.enabled": "true",
     "spark.log.level": "WARN",
+    # partials and results it writes are not world-readable (airflow_iqp.paths)
+    "spark.hadoop.fs.permissions.umask-mode": "027",
 }
 
 
@@ -63,8 +81,45 @@ def server_dir(port: int = DEFAULT_PORT, base: str | os.PathLike | None = None) 
     return base / f"port-{int(port)}"
 
 
-def connect_url(port: int = DEFAULT_PORT, host: str = "127.0.0.1") -> str:
-    return f"sc://{host}:{int(port)}"
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(str(host).strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def connect_url(port: int = DEFAULT_PORT, host: str = DEFAULT_HOST, token: str | None = None) -> str:
+    """``sc://host:port``, with ``;token=`` when there is a token.
+
+    pyspark sends a token over plain gRPC only to the host named ``localhost`` (local
+    channel credentials); to any other name, even ``127.0.0.1``, it opens TLS. So with a
+    token a loopback host is written ``localhost``.
+    """
+    if not token:
+        return f"sc://{host}:{int(port)}"
+    host = "localhost" if is_loopback(host) else host
+    return f"sc://{host}:{int(port)}/;token={quote(token, safe='')}"
+
+
+_TOKEN_PARAM = re.compile(r"(;token=)[^;]*")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its token (if any) replaced by ``***``, for logs and printed output."""
+    return _TOKEN_PARAM.sub(r"\1***", str(url))
+
+
+def client_url(url: str) -> str:
+    """``url`` as pyspark can use it: with a token (in the URL or in the environment) and
+    without ``use_ssl=true``, a loopback address becomes ``localhost`` (see :func:`connect_url`)."""
+    m = re.match(r"sc://(\[[^\]]+\]|[^:/;]+)(.*)$", str(url))
+    has_token = _TOKEN_PARAM.search(str(url)) or os.environ.get(TOKEN_ENV)
+    if not m or not has_token or "use_ssl=true" in str(url).lower() or m.group(1) == "localhost":
+        return str(url)
+    return f"sc://localhost{m.group(2)}" if is_loopback(m.group(1)) else str(url)
 
 
 def _pid_file(d: Path) -> Path:
@@ -87,54 +142,98 @@ def _port_open(port: int, host: str = "127.0.0.1") -> bool:
         return s.connect_ex((host, int(port))) == 0
 
 
+SERVER_INFO = "server.json"
+
+
 def server_status(port: int = DEFAULT_PORT, base: str | os.PathLike | None = None) -> dict:
-    """``{"running", "pid", "port", "url", "log", "dir"}`` of the server this package started on ``port``."""
+    """``{"running", "pid", "port", "host", "authenticated", "url", "log", "dir"}`` of the server this
+    package started on ``port``. ``url`` never carries the token: a client of an
+    authenticated server adds it (``;token=``, or ``SPARK_CONNECT_AUTHENTICATE_TOKEN``)."""
+    import json
+
     d = server_dir(port, base)
     pid_file = _pid_file(d)
     pid = int(pid_file.read_text().strip()) if pid_file.is_file() and pid_file.read_text().strip() else None
     running = pid is not None and _alive(pid)
     logs = sorted((d / "log").glob("*.out")) if (d / "log").is_dir() else []
-    return {"running": running, "pid": pid if running else None, "port": int(port), "url": connect_url(port),
-            "log": str(logs[0]) if logs else None, "dir": str(d)}
+    info = json.loads((d / SERVER_INFO).read_text()) if (d / SERVER_INFO).is_file() else {}
+    host, auth = info.get("host", DEFAULT_HOST), bool(info.get("authenticated"))
+    url = f"sc://{'localhost' if auth and is_loopback(host) else host}:{int(port)}"
+    return {"running": running, "pid": pid if running else None, "port": int(port), "host": host,
+            "authenticated": auth, "url": url, "log": str(logs[0]) if logs else None, "dir": str(d)}
 
 
-def _daemon_env(d: Path, port: int) -> dict[str, str]:
+def _daemon_env(d: Path, port: int, token: str | None = None) -> dict[str, str]:
     import sys
 
     env = without_connect_mode()
     env.update({"SPARK_PID_DIR": str(d / "pid"), "SPARK_LOG_DIR": str(d / "log"), "SPARK_IDENT_STRING": "iqp",
                 "SPARK_HOME": str(spark_home())})
     env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.pop(TOKEN_ENV, None)
+    if token:  # the server JVM reads it from its environment: not on the command line, not in ps
+        env[TOKEN_ENV] = token
     return env
 
 
+def _check_binding(host: str, token: str | None, conf: Mapping[str, str]) -> None:
+    """ConfigErrors for a server that would listen beyond loopback unauthenticated, or show its token."""
+    if TOKEN_CONF in conf:
+        raise ConfigError(f"{TOKEN_CONF} in --conf would show the token on the server's command line (ps): "
+                          f"set the environment variable {TOKEN_ENV} instead", field="conf")
+    for key in (BIND_CONF, PORT_CONF):
+        if key in conf:
+            raise ConfigError(f"{key} is set by the host and port arguments (--host, --port), not --conf",
+                              field="conf")
+    if not is_loopback(host) and not token:
+        raise ConfigError(f"a Spark Connect server on {host} would accept anyone who reaches it: set the "
+                          f"environment variable {TOKEN_ENV} (Spark's {TOKEN_CONF}) to a secret to require "
+                          f"it of every client, or keep the default host {DEFAULT_HOST}", field="token")
+
+
 def start_server(port: int = DEFAULT_PORT, *, base: str | os.PathLike | None = None, master: str = "local[*]",
-                 conf: Mapping[str, str] | None = None, driver_memory: str = "2g", timeout: float = 180.0) -> dict:
-    """Start a Spark Connect server on 127.0.0.1:``port`` and wait until it answers a query.
+                 conf: Mapping[str, str] | None = None, driver_memory: str = "2g", timeout: float = 180.0,
+                 host: str = DEFAULT_HOST, token: str | None = None) -> dict:
+    """Start a Spark Connect server on ``host``:``port`` and wait until it answers a query.
+
+    ``host`` is 127.0.0.1 unless given; any address that is not loopback needs ``token``
+    (default: the environment's ``SPARK_CONNECT_AUTHENTICATE_TOKEN``), else a ConfigError
+    names that variable. With a token, every client must send it; the server gets it in its
+    environment, and the returned ``url`` carries it (:func:`redact_url` before printing).
 
     Returns :func:`server_status` plus ``startup_seconds`` (``0`` and ``"already": True``
     when this package's server was already running there). Raises :class:`ConfigError`
     when the port is taken by something else or the server dies, quoting its log.
     """
+    from airflow_iqp.paths import make_dirs
+    from airflow_iqp.state import atomic_write_json
+
+    token = token if token is not None else os.environ.get(TOKEN_ENV) or None
+    _check_binding(host, token, conf or {})
     d = server_dir(port, base)
     status = server_status(port, base)
     if status["running"]:
         return {**status, "startup_seconds": 0.0, "already": True}
-    if _port_open(port):
-        raise ConfigError(f"port {port} on 127.0.0.1 is already in use by another process; choose another --port",
+    probe_host = DEFAULT_HOST if host in ("0.0.0.0", "::") or is_loopback(host) else host
+    if _port_open(port, probe_host):
+        raise ConfigError(f"port {port} on {probe_host} is already in use by another process; choose another --port",
                           field="port")
     daemon = spark_home() / "sbin" / "spark-daemon.sh"
     if not daemon.is_file():
         raise ConfigError(f"{daemon} not found: is pyspark installed (or SPARK_HOME set to a Spark distribution)?",
                           field="spark_home")
-    merged = {**SERVER_CONF, **(conf or {}), "spark.connect.grpc.binding.address": "127.0.0.1",
-              "spark.connect.grpc.binding.port": str(int(port))}
+    merged = {**SERVER_CONF, **(conf or {}), BIND_CONF: host, PORT_CONF: str(int(port))}
     argv = ["bash", str(daemon), "submit", SERVER_CLASS, "1", "--name", "Spark Connect server",
             "--master", master, "--driver-memory", driver_memory]
     for k in sorted(merged):
         argv += ["--conf", f"{k}={merged[k]}"]
+    make_dirs(d)
+    atomic_write_json(d / SERVER_INFO, {"host": host, "authenticated": bool(token)})
+    # A server on one non-loopback address cannot be asked from here without TLS (pyspark
+    # sends a token in the clear to "localhost" only): its open port is the sign of life.
+    probe = connect_url(port, "localhost" if token else probe_host) if is_loopback(probe_host) else None
     t0 = time.perf_counter()
-    out = subprocess.run(argv, env=_daemon_env(d, port), capture_output=True, text=True, timeout=60)
+    out = subprocess.run(argv, env=_daemon_env(d, port, token), capture_output=True, text=True, timeout=60)
     if out.returncode != 0 or "failed to launch" in out.stdout:
         raise ConfigError(f"Spark Connect server did not start: {out.stdout.strip()} {out.stderr.strip()}",
                           field="connect_server")
@@ -145,23 +244,29 @@ def start_server(port: int = DEFAULT_PORT, *, base: str | os.PathLike | None = N
             tail = Path(status["log"]).read_text()[-3000:] if status["log"] else "(no log)"
             raise ConfigError(f"Spark Connect server exited during start-up; log {status['log']}:\n{tail}",
                               field="connect_server")
-        if _port_open(port) and _answers(connect_url(port)):
-            return {**status, "startup_seconds": time.perf_counter() - t0, "already": False}
+        if _port_open(port, probe_host) and (probe is None or _answers(probe, token)):
+            return {**status, "url": connect_url(port, host if probe is None else probe_host, token),
+                    "startup_seconds": time.perf_counter() - t0, "already": False}
         time.sleep(0.5)
     stop_server(port, base)
     raise ConfigError(f"Spark Connect server on port {port} did not answer within {timeout:.0f}s; "
                       f"log {status['log']}", field="connect_server")
 
 
-def _answers(url: str) -> bool:
-    """Whether a server answers a trivial query (run in a child, so this process stays Connect-free)."""
+def _answers(url: str, token: str | None = None) -> bool:
+    """Whether a server answers a trivial query (run in a child, so this process stays Connect-free;
+    the token goes in the child's environment, not its command line)."""
     import sys
 
     code = ("from pyspark.sql import SparkSession; import sys; "
             "s = SparkSession.builder.remote(sys.argv[1]).getOrCreate(); assert s.range(3).count() == 3; s.stop()")
+    env = without_connect_mode()
+    env.pop(TOKEN_ENV, None)
+    if token:
+        env[TOKEN_ENV] = token
     try:
         return subprocess.run([sys.executable, "-c", code, url], capture_output=True, timeout=60,
-                              env=without_connect_mode()).returncode == 0
+                              env=env).returncode == 0
     except subprocess.TimeoutExpired:
         return False
 
@@ -219,9 +324,10 @@ def server_rss_mb(pid: int) -> float:
 
 
 def connect_session(url: str):
-    """A new Spark Connect client session on ``url`` (``sc://host:port``); ``stop()`` it when done."""
+    """A new Spark Connect client session on ``url`` (``sc://host:port``, with ``/;token=...``
+    for an authenticated server); ``stop()`` it when done."""
     if not str(url).startswith("sc://"):
-        raise ConfigError(f"a Spark Connect URL starts with sc://, got {url!r}", field="url")
+        raise ConfigError(f"a Spark Connect URL starts with sc://, got {redact_url(url)!r}", field="url")
     from pyspark.sql import SparkSession
 
-    return SparkSession.builder.remote(url).create()
+    return SparkSession.builder.remote(client_url(url)).create()
