@@ -23,10 +23,10 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.paths import DENIED, check_name, check_within
 from airflow_iqp.query import decompose
 from airflow_iqp.query.model import Query
-from airflow_iqp.query.store import Saved, query_file, save_query
+from airflow_iqp.query.store import Saved, query_file, save_query, schema_dir
 from airflow_iqp.spark.batch_job import execute_batch
 from airflow_iqp.spark.connect import TOKEN_ENV, client_url, connect_url, redact_url, start_server
-from airflow_iqp.spark.steps import static_path
+from airflow_iqp.spark.steps import expected_columns, static_path
 from airflow_iqp.state import (
     WindowState, append_cost_history, atomic_write_json, batch_name, claim_units, make_dirs, note_seen,
     replace_dir, temp_sibling,
@@ -135,10 +135,14 @@ def test_nothing_in_the_state_directory_is_world_readable(tmp_path, umask):
     batch = make_batch(query="cq2", window_id=ws.window_id, state_dir=str(state))
     with cluster_turn(batch, slots=1):
         pass
+    first = tmp_path / "000001.csv"
+    first.write_text("k,n\n1,2\n")
+    expected_columns(Stream(name="t", format="csv"), str(first), schema_dir(state, "cq2"))  # the schema record
     modes = _modes(tmp_path / "a")
     for name in ("state/cq2/query.json", f"state/cq2/{ws.window_id}/claims/batch-0001.json",
                  f"state/cq2/{ws.window_id}/partials/batch-0001/part-00000.parquet", "state/_turns/waiting",
-                 f"state/cq2/{ws.window_id}/result", "state/cost_history.jsonl", f"state/cq2/{ws.window_id}/seen.json"):
+                 f"state/cq2/{ws.window_id}/result", "state/cost_history.jsonl", f"state/cq2/{ws.window_id}/seen.json",
+                 "state/cq2/schema/t.json"):
         assert name in modes
     loose = {p: oct(m) for p, m in modes.items() if m & DENIED}
     assert loose == {}, f"group-writable or world-accessible: {loose}"
