@@ -7,7 +7,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from airflow_iqp.state import WindowState, atomic_write_json, list_ready_units, note_seen, read_claims, read_json
+from airflow_iqp.state import (
+    WindowState, atomic_write_json, check_name, list_ready_units, note_seen, read_claims, read_json,
+)
 from airflow_iqp.streams import files_of
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig, clock, window_id
@@ -76,7 +78,7 @@ def record_task_cpu(window_root: str | os.PathLike, ti: Any, phase: str = "run")
     rec = {"task_id": ti.task_id, "map_index": getattr(ti, "map_index", -1), "try_number": ti.try_number,
            "phase": phase, "self_cpu_seconds": me.ru_utime + me.ru_stime,
            "children_cpu_seconds": kids.ru_utime + kids.ru_stime, "recorded_at": time.time()}
-    name = f"{rec['task_id']}.{rec['map_index']}.{rec['try_number']}.{phase}.json"
+    name = check_name(f"{rec['task_id']}.{rec['map_index']}.{rec['try_number']}.{phase}.json", "task_id")
     atomic_write_json(Path(window_root) / "cpu" / name, rec)
     return rec
 
