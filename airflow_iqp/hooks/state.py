@@ -115,6 +115,14 @@ class IQPStateHook(BaseHook):
         """This task process's CPU so far (:func:`~airflow_iqp.window.accounting.record_task_cpu`)."""
         return accounting.record_task_cpu(ws.root, ti, phase)
 
+    def record_attempt(self, ws: WindowState, name: str, ti: Any) -> Path:
+        """An attempt of a task on ``name`` starts (:func:`~airflow_iqp.window.accounting.record_attempt`)."""
+        return accounting.record_attempt(ws.root, name, ti)
+
+    def attempts(self, ws: WindowState) -> dict[str, list[int]]:
+        """The window's recorded attempts, name -> try numbers."""
+        return accounting.attempts(ws.root)
+
     def window_task_cpu(self, ws: WindowState) -> dict:
         """The CPU the window's tasks recorded, summed."""
         return accounting.window_task_cpu(ws.root)

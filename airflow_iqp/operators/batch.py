@@ -13,6 +13,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.hooks.state import IQPStateHook
 from airflow_iqp.operators._backends import strategy
+from airflow_iqp.state import batch_name
 from airflow_iqp.window.batch import Batch
 
 #: A batch's execution_timeout is never shorter: on a cluster shared by several queries a
@@ -84,14 +85,15 @@ class BatchOperator(BaseOperator):
         claim = state.claim(batch)
         if not claim or not claim.get("units"):
             raise AirflowSkipException(f"{batch.label}: no claimed input")
-        try_number = context["ti"].try_number
+        ti = context["ti"]
+        ws = state.window_of(batch)
+        state.record_attempt(ws, batch_name(batch.index), ti)
         remaining = batch.remaining_cost + self._strategy.overhead_s
-        if try_number > 1 and not batch.backfill and time.time() + remaining > batch.deadline_ts:
+        if self._automatic_retry(ti) and not batch.backfill and time.time() + remaining > batch.deadline_ts:
             raise AirflowFailException(
-                f"{batch.label}: attempt {try_number} could no longer meet the deadline "
+                f"{batch.label}: attempt {ti.try_number} could no longer meet the deadline "
                 f"({dt.datetime.fromtimestamp(batch.deadline_ts, dt.timezone.utc):%H:%M:%S}); not retrying")
         self._strategy.run_batch(batch, state, slots=self.slots, app_name=f"iqp-batch-{batch.query}-{batch.index}")
-        ws = state.window_of(batch)
         metrics = state.metrics(ws, batch.index)
         self.log.info("%s: %d units in %.1f s wall, %.1f s CPU (%s)", batch.label, metrics["units"],
                       metrics["wall_seconds"], metrics["cpu_seconds"] or 0.0, metrics.get("backend"))
@@ -99,6 +101,16 @@ class BatchOperator(BaseOperator):
         cpu = state.record_task_cpu(ws, context["ti"])
         return {"index": batch.index, "started": started.timestamp() if started else None, "ended": time.time(),
                 **metrics, "task_cpu_seconds": cpu["self_cpu_seconds"] + cpu["children_cpu_seconds"]}
+
+    def _automatic_retry(self, ti) -> bool:
+        """Whether this attempt is one of Airflow's automatic retries. The first attempt of a
+        run, and the first after the task is cleared, are not: a cleared batch runs whatever
+        the time (someone decided a late result beats none). Airflow sets ``max_tries`` to the
+        try number plus ``retries`` when it clears a task."""
+        max_tries = getattr(ti, "max_tries", None)
+        if not isinstance(max_tries, int):
+            return ti.try_number > 1
+        return ti.try_number > max_tries - (self.retries or 0) + 1
 
     @property
     def conn_id(self) -> str | None:

@@ -12,7 +12,7 @@ from airflow.sdk import Asset, BaseOperator, TriggerRule
 from airflow_iqp import config
 from airflow_iqp.hooks.state import IQPStateHook
 from airflow_iqp.operators._backends import strategy
-from airflow_iqp.state import WindowState
+from airflow_iqp.state import WindowState, batch_name
 from airflow_iqp.window.batch import Batch, batches_from
 
 
@@ -78,6 +78,7 @@ class FinalOperator(BaseOperator):
         late = Batch.from_dict(self.late) if self.late else None
         tail = Batch.from_dict(self.tail) if self.tail else None
         kind = "late" if late else "final"
+        state.record_attempt(ws, kind, context["ti"])
         self._strategy.run_final(self.query, str(ws.root), tail=tail, tail_slots=self.tail_slots,
                                  late=late.index if late else None, app_name=f"iqp-{kind}-{self.query}")
         if late:
@@ -166,6 +167,7 @@ class FinalOperator(BaseOperator):
     def _report(self, state: IQPStateHook, ws: WindowState, batches: list[Batch], finished: float,
                 deadline: float | None, manifest: dict) -> dict:
         claims = state.claims(ws)
+        tries = state.attempts(ws)
         rows = []
         for b in batches:
             claim = claims.get(b.index, {})
@@ -174,10 +176,14 @@ class FinalOperator(BaseOperator):
                          "ready_ts": b.ready_ts, "latest_start_ts": b.latest_start_ts,
                          "planned_cost": b.cost, "claimed_units": len(claim.get("units", [])),
                          "claimed_at": claim.get("claimed_at"), "wall_seconds": metrics.get("wall_seconds"),
-                         "cpu_seconds": metrics.get("cpu_seconds"), "written_at": metrics.get("written_at")})
+                         "cpu_seconds": metrics.get("cpu_seconds"), "written_at": metrics.get("written_at"),
+                         # attempts started (a fused tail's batches run in the final task's)
+                         "attempts": len(tries.get(batch_name(b.index), []))})
         return {"query": self.query, "window": ws.window_id, "deadline_ts": deadline, "finished_ts": finished,
                 "deadline_met": deadline is None or finished <= deadline, "batches": rows,
                 "final_wall_seconds": manifest.get("wall_seconds"), "final_cpu_seconds": manifest.get("cpu_seconds"),
                 "backend": manifest.get("backend"), "task_cpu": state.window_task_cpu(ws),
+                "final_attempts": len(tries.get("final", [])),
+                "retried": sorted(name for name, t in tries.items() if len(t) > 1),
                 "result": manifest["result"], "partial": manifest["partial"],
                 "late_units": manifest["late_units"], "quarantined": manifest.get("quarantined", [])}

@@ -83,6 +83,27 @@ def record_task_cpu(window_root: str | os.PathLike, ti: Any, phase: str = "run")
     return rec
 
 
+def record_attempt(window_root: str | os.PathLike, name: str, ti: Any) -> Path:
+    """Record that an attempt of a window's task starts: ``<window>/attempts/<name>.<try>.json``.
+
+    ``name`` is what the attempt works on (``batch-0001``, ``final``). Written before the
+    work, so an attempt killed with its process (a task, its host) is on record too: the
+    window's report counts them, and says which batches ran more than once.
+    """
+    rec = {"name": name, "task_id": ti.task_id, "map_index": getattr(ti, "map_index", -1),
+           "try_number": ti.try_number, "pid": os.getpid(), "started_at": time.time()}
+    return atomic_write_json(Path(window_root) / "attempts" / f"{name}.{ti.try_number}.json", rec)
+
+
+def attempts(window_root: str | os.PathLike) -> dict[str, list[int]]:
+    """The recorded attempts of a window's tasks (:func:`record_attempt`): name -> try numbers."""
+    out: dict[str, list[int]] = {}
+    for path in sorted((Path(window_root) / "attempts").glob("*.json")):
+        rec = read_json(path)
+        out.setdefault(rec["name"], []).append(rec["try_number"])
+    return {name: sorted(tries) for name, tries in out.items()}
+
+
 def window_task_cpu(window_root: str | os.PathLike) -> dict:
     """The CPU the window's task processes recorded (:func:`record_task_cpu`), summed."""
     recs = [read_json(p) for p in sorted((Path(window_root) / "cpu").glob("*.json"))]

@@ -66,6 +66,21 @@ def test_a_retry_that_could_no_longer_meet_the_deadline_fails_without_retrying(t
         context(TI(try_number=2)))["units"] == 2
 
 
+
+def test_a_cleared_batch_runs_past_its_deadline_and_every_attempt_is_recorded(tmp_path):
+    ws = claim(tmp_path)
+    late = entry(tmp_path, deadline_ts=time.time() - 60)  # the deadline passed: the run failed, then was cleared
+    # Cleared after two tries (retries=1): Airflow set max_tries to 2 + 1, the new try is 3, the first of the clear.
+    cleared = TI("batch.submit", map_index=0, try_number=3)
+    cleared.max_tries = 3
+    assert operator(tmp_path, late, retries=1).execute(context(cleared))["units"] == 2
+    # Its automatic retry is still held to the deadline.
+    retry = TI("batch.submit", map_index=0, try_number=4)
+    retry.max_tries = 3
+    with pytest.raises(AirflowFailException, match="attempt 4 could no longer meet the deadline"):
+        operator(tmp_path, late, retries=1).execute(context(retry))
+    assert sorted(p.name for p in (ws.root / "attempts").iterdir()) == ["batch-0001.3.json", "batch-0001.4.json"]
+
 def test_the_batch_job_runs_on_its_claim_and_the_task_reports_its_metrics(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")  # as a Spark Connect session leaves it
     ws = claim(tmp_path)

@@ -78,6 +78,22 @@ def test_the_report_compares_the_plan_with_what_ran_and_records_late_units(tmp_p
         "window": WINDOW, "result": str(ws.root / "result"), "partial": True}
 
 
+def test_the_report_counts_each_batchs_attempts_and_names_those_retried(tmp_path):
+    from airflow_iqp.window.accounting import record_attempt
+
+    ws = WindowState(tmp_path / "state", "cq2", WINDOW)
+    land(tmp_path / "landing", "000001", "000002")
+    ran(tmp_path, ws, 1, ["000001"])
+    ran(tmp_path, ws, 2, ["000002"])
+    for try_number in (1, 2, 3):  # batch 1's first two attempts were killed with their process
+        record_attempt(ws.root, "batch-0001", TI("batch.submit", 0, try_number))
+    record_attempt(ws.root, "batch-0002", TI("batch.submit", 1, 1))
+    report = final(tmp_path, plan=[batch(tmp_path, 1).to_dict(), batch(tmp_path, 2).to_dict()]).execute(
+        context(TI("final")))
+    assert [(b["index"], b["attempts"]) for b in report["batches"]] == [(1, 3), (2, 1)]
+    assert report["retried"] == ["batch-0001"] and report["final_attempts"] == 1
+
+
 def test_a_backfill_has_no_deadline_to_miss(tmp_path):
     ws = WindowState(tmp_path / "state", "cq2", WINDOW)
     land(tmp_path / "landing", "000001")
