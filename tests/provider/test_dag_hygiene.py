@@ -65,11 +65,22 @@ def test_compose_file_is_valid():
     spec = yaml.safe_load((ROOT / "docker-compose.yaml").read_text())
     services = spec["services"]
     for name in ("postgres", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor",
-                 "airflow-triggerer", "spark-master", "spark-worker"):
+                 "airflow-triggerer", "spark-master", "spark-worker", "spark-connect"):
         assert name in services, name
     for name in ("airflow-scheduler", "airflow-triggerer", "spark-worker"):
         assert any(str(v).startswith("iqp-data:") for v in services[name]["volumes"]), name
     assert "postgresql" in services["airflow-scheduler"]["environment"]["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+    # Spark Connect: on the standalone master, on the scheduler's loopback, behind its token;
+    # the connection names "localhost" (pyspark sends a token in the clear to that name only).
+    connect = services["spark-connect"]
+    assert connect["network_mode"] == "service:airflow-scheduler"
+    assert connect["environment"]["SPARK_CONNECT_AUTHENTICATE_TOKEN"]
+    command = " ".join(connect["command"])
+    for part in ("SparkConnectServer", "--master spark://spark-master:7077",
+                 "spark.connect.grpc.binding.address=127.0.0.1", "spark.connect.grpc.binding.port=15002"):
+        assert part in command, part
+    conn = json.loads(services["airflow-scheduler"]["environment"]["AIRFLOW_CONN_SPARK_CONNECT_DEFAULT"])
+    assert (conn["host"], conn["port"]) == ("localhost", 15002) and conn["password"]
     client = (["docker", "compose"] if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
               else ["docker-compose"] if shutil.which("docker-compose") else None)
     if client is None:
