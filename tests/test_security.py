@@ -268,6 +268,19 @@ def test_a_tampered_claim_manifest_cannot_make_a_batch_read_outside_its_landing(
     assert not ws.partials_dir.exists()
 
 
+def test_a_claim_of_a_templated_landing_path_names_files_of_its_rendered_path(tmp_path):
+    from airflow_iqp.spark.batch_job import _check_manifest
+
+    landing = tmp_path / "landing"
+    query = decompose("SELECT k, count(*) AS n FROM t GROUP BY k", id="tq", streams=["t"])
+    saved = Saved(query, (Stream(name="t", path=str(landing) + "/{{ data_interval_start | ts_nodash }}",
+                                 format="csv"),))
+    _check_manifest({"units": ["000001.csv"], "files": [str(landing / "20260101T000000" / "000001.csv")]}, saved)
+    for files in ([str(landing / "../secret.csv")], ["/etc/passwd"]):
+        with pytest.raises(ConfigError):
+            _check_manifest({"units": ["000001.csv"], "files": files}, saved)
+
+
 # ----------------------------------------------------------------------------- secrets
 
 

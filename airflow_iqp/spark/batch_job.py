@@ -52,9 +52,17 @@ def _check_manifest(manifest: dict, saved) -> None:
 
     for unit in manifest.get("units", []):
         check_name(str(unit), "manifest.units")
-    roots = [s.path for s in saved.streams if s.path]
+    roots = [_fixed_root(s.path) for s in saved.streams if s.path]
     for f in manifest.get("files", []) if roots else ():
         check_within(str(f), roots, "manifest.files")
+
+
+def _fixed_root(path: str) -> str:
+    """The directory of a landing path before its first template expression: a saved stream
+    keeps its path as the DAG wrote it (``.../{{ data_interval_start | ts_nodash }}``), and a
+    claim names files of the rendered path."""
+    cut = min((i for i in (path.find("{{"), path.find("{%")) if i >= 0), default=-1)
+    return path if cut < 0 else path[:cut].rsplit("/", 1)[0]
 
 
 def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static_dir: str | None,
