@@ -266,7 +266,8 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, sl
 
     ``tail`` is the plan's tail (:func:`airflow_iqp.runtime.split_tail`). First each batch
     ready after the task started (``tail["before"]``), in order: wait until it may start, as
-    its sensor would, claim, take a turn on the cluster, write its partial. Then the last
+    its sensor would, claim, take a turn on the cluster, write its partial; or, once the last
+    batch may claim, leave its units to it (:func:`airflow_iqp.runtime.fold_into_tail`). Then the last
     batch: wait, reading the written partials as they come (:func:`read_written`), claim,
     take a turn and run it with the merge (:func:`execute_tail`). Turns:
     ``slots`` batches of the state directory at once, earliest deadline first
@@ -274,12 +275,16 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail: dict, sl
     batch's ``turn_ts`` (``ahead``) does not hold it back as well. A retry re-reads every
     claim and skips a partial already written.
     """
-    from airflow_iqp.runtime import cluster_turn, wait_and_claim
+    from airflow_iqp.runtime import cluster_turn, fold_into_tail, wait_and_claim
 
     spark.range(1).collect()  # the session's first query pays its set-up: not after the window's end
     if slots > 0:
         tail = {k: v for k, v in tail.items() if k != "turn_ts"}
     for entry in tail.get("before") or []:
+        if fold_into_tail(entry, tail, time.time()) is not None:
+            print(f"airflow-iqp final_job: {entry.get('label', entry['index'])}: the window has ended; its units "
+                  f"go to the last batch", flush=True)
+            continue
         _run_batch_in_turn(spark, window_dir, entry, slots, history)
     ahead = [read_written(spark, window_dir)]
 
