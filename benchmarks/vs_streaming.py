@@ -318,6 +318,58 @@ def _deadlines(ctx, window_end: float, frac: float, backend: str) -> dict:
     return {q: window_end + off for q, off in deadline_offsets(ctx["queries"], ctx["D"][backend], frac).items()}
 
 
+def iqp_env(ctx, backend: str) -> dict:
+    """The settings every benchmark DAG of ``benchmarks/dags/iqp_bench.py`` shares on ``backend``."""
+    return {"IQP_BACKEND": backend, "IQP_STATIC": ctx["static"], "IQP_UNITS": str(ctx["units"]),
+            "IQP_MARGIN": str(ctx["margin"][backend]), "IQP_FUSE_TAIL": "1",
+            "IQP_DISPATCH": str(PLAN_DISPATCH_S[backend]), "IQP_TAIL_SLOTS": "1",
+            "IQP_COST_SCALE": str(COST_SCALE[backend]),
+            "AIRFLOW__IQP__POLL_INTERVAL": "0.5",
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
+            "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps(
+                {"conn_type": "spark_connect", "host": "127.0.0.1", "port": ctx["port"]})}
+
+
+def airflow_config(backend: str, reference: bool) -> dict:
+    """Airflow settings of a run: :data:`CONNECT_AIRFLOW` on Spark Connect, except for a reference run."""
+    config = {"CORE__PARALLELISM": "32", "SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2"}
+    if backend == "spark-connect" and not reference:
+        config.update(CONNECT_AIRFLOW)
+    return config
+
+
+def start_replay(ctx, landing: Path, arrivals: list[float]) -> tuple[threading.Thread, dict]:
+    """Publish the window's units at ``arrivals`` (seconds from now) in a thread; the dict it
+    fills is when each unit landed (Unix seconds), by the harness's own clock: the provider's
+    arrival times are when it first listed a unit, which is later when nothing lists the
+    landing directory until the window's end."""
+    landed: dict = {}
+    th = threading.Thread(target=replay, args=(ctx["data"] / "units", landing, arrivals), daemon=True,
+                          kwargs={"on_publish": lambda _i, path, _at: landed.__setitem__(path.name, time.time())})
+    th.start()
+    return th, landed
+
+
+def window_outcome(roots: dict, window_start: float, window_end: float, landed: dict) -> dict:
+    """What the final tasks of one window reported: ``roots`` is ``{query: STATE/<query>/<window>}``."""
+    out = {"finished": {}, "task_cpu": 0.0, "results": {}, "batches": {}, "reports": {}, "last_unit": {},
+           "last_unit_seen": {}}
+    for q, root in roots.items():
+        report = read_json(root / "report.json") if (root / "report.json").exists() else None
+        if report:
+            out["reports"][q] = report
+            out["finished"][q] = report["finished_ts"]
+            out["task_cpu"] += report["task_cpu"]["cpu_seconds"]
+            out["results"][q] = report["result"]
+            out["batches"][q] = [b["claimed_units"] for b in report["batches"]]
+        if landed:  # when the window's last unit really landed
+            out["last_unit"][q] = round(max(landed.values()) - window_end, 2)
+        if (root / "arrivals.json").exists():  # when the provider first listed it
+            offsets = read_json(root / "arrivals.json")["offsets"]
+            out["last_unit_seen"][q] = round(window_start + max(offsets) - window_end, 2)
+    return out
+
+
 def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = False) -> dict:
     """One run of this project through Airflow; a ``reference`` run is the one-batch run that measures D."""
     from iqp_dev.local_airflow import airflow_env
@@ -337,34 +389,23 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
         arrivals = arrival_offsets("fixed", ctx["rate"], ctx["units"], window)
     anchor = (int(time.time()) // 5) * 5 + 60  # the window opens once Airflow is up
     iso = lambda ts: datetime.fromtimestamp(ts, timezone.utc).isoformat()  # noqa: E731
-    env = {"IQP_QUERIES": ",".join(queries), "IQP_BACKEND": backend, "IQP_LANDING": str(landing),
-           "IQP_STATIC": ctx["static"], "IQP_UNITS": str(ctx["units"]), "IQP_WINDOW_S": str(window),
-           "IQP_ANCHOR": iso(anchor), "IQP_END": iso(anchor + 1), "IQP_DEADLINES": json.dumps(offsets),
-           "IQP_MARGIN": str(ctx["margin"][backend]), "IQP_FUSE_TAIL": "1",
-           "IQP_DISPATCH": str(PLAN_DISPATCH_S[backend]), "IQP_TAIL_SLOTS": "1",
-           "IQP_SHARES": "0" if reference else "1",
-           "IQP_COST_SCALE": str(COST_SCALE[backend]),
+    env = {**iqp_env(ctx, backend), "IQP_QUERIES": ",".join(queries), "IQP_LANDING": str(landing),
+           "IQP_WINDOW_S": str(window), "IQP_ANCHOR": iso(anchor), "IQP_END": iso(anchor + 1),
+           "IQP_DEADLINES": json.dumps(offsets), "IQP_SHARES": "0" if reference else "1",
            "IQP_TAIL_LEAD": json.dumps({queries[0]: 0.0} if reference else queue_leads(offsets, backend)),
            **({"IQP_MODE": "one_batch"} if reference else {}),
-           "AIRFLOW__IQP__STATE_DIR": str(state), "AIRFLOW__IQP__POLL_INTERVAL": "0.5",
-           "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
-           "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps(
-               {"conn_type": "spark_connect", "host": "127.0.0.1", "port": ctx["port"]})}
+           "AIRFLOW__IQP__STATE_DIR": str(state)}
     dag_ids = [f"bench_{q}" for q in queries]
     server = ctx["server"] if backend == "spark-connect" else None
     exclude = set() if server else ctx["server_pids"]
-    config = {"CORE__PARALLELISM": "32", "SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.2"}
-    if backend == "spark-connect" and not reference:
-        config.update(CONNECT_AIRFLOW)
-    with airflow_env(ROOT / "benchmarks" / "dags", extra_env=env, config=config) as af:
+    with airflow_env(ROOT / "benchmarks" / "dags", extra_env=env, config=airflow_config(backend, reference)) as af:
         for d in dag_ids:
             af.wait_for_dag(d)
             af.unpause(d)
         time.sleep(max(0.0, anchor - time.time()))
         server_cpu0 = connect.server_cpu_seconds(server["pid"]) if server else 0.0
         with RssSampler(exclude) as rss:
-            th = threading.Thread(target=replay, args=(ctx["data"] / "units", landing, arrivals), daemon=True)
-            th.start()
+            th, landed = start_replay(ctx, landing, arrivals)
             window_end = anchor + window
             runs = {}
             for d in dag_ids:
@@ -373,33 +414,29 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
             for d, run_id in runs.items():
                 run = af.wait_for_run(d, run_id, timeout=window + 3600, expect_success=False)
                 if run["state"] != "success":
-                    failed[d] = af._ti_summary(d, run_id)
-                    for ti in af.task_instances(d, run_id):
-                        if ti["state"] == "failed":
-                            log = af.task_log(d, run_id, ti["task_id"], max(1, ti.get("try_number") or 1),
-                                              ti["map_index"])
-                            failed[d] += "\n" + log[-3000:]
+                    failed[d] = failure_detail(af, d, run_id)
                     say(f"{d} {run['state']}: {failed[d][-3000:]}")
             th.join()
         server_cpu = (connect.server_cpu_seconds(server["pid"]) - server_cpu0) if server else 0.0
-    finished, task_cpu, results, batches, last_unit = {}, 0.0, {}, {}, {}
     wid = datetime.fromtimestamp(anchor, timezone.utc).strftime("%Y%m%dT%H%M%S")
-    for q in queries:
-        root = state / q / wid
-        report = read_json(root / "report.json") if (root / "report.json").exists() else None
-        if report:
-            finished[q] = report["finished_ts"]
-            task_cpu += report["task_cpu"]["cpu_seconds"]
-            results[q] = report["result"]
-            batches[q] = [b["claimed_units"] for b in report["batches"]]
-        if (root / "arrivals.json").exists():  # when the window's last unit really landed
-            last_unit[q] = round(anchor + max(read_json(root / "arrivals.json")["offsets"]) - window_end, 2)
-    correct = check_results(results, ctx["refs"])
+    got = window_outcome({q: state / q / wid for q in queries}, anchor, window_end, landed)
+    correct = check_results(got["results"], ctx["refs"])
     deadlines = {q: window_end + offsets[q] for q in queries}
-    return summarise(name, task_cpu + server_cpu, window_end, finished, deadlines, rss.peak, correct,
-                     task_cpu_seconds=round(task_cpu, 2), server_cpu_seconds=round(server_cpu, 2), batches=batches,
-                     last_unit_after_window=last_unit,
+    return summarise(name, got["task_cpu"] + server_cpu, window_end, got["finished"], deadlines, rss.peak, correct,
+                     task_cpu_seconds=round(got["task_cpu"], 2), server_cpu_seconds=round(server_cpu, 2),
+                     batches=got["batches"], last_unit_after_window=got["last_unit"],
+                     last_unit_seen_after_window=got["last_unit_seen"],
                      **({"failed": failed} if failed else {}))
+
+
+def failure_detail(af, dag_id: str, run_id: str) -> str:
+    """A failed run's task states and the end of each failed task's log."""
+    out = af._ti_summary(dag_id, run_id)
+    for ti in af.task_instances(dag_id, run_id):
+        if ti["state"] == "failed":
+            log = af.task_log(dag_id, run_id, ti["task_id"], max(1, ti.get("try_number") or 1), ti["map_index"])
+            out += "\n" + log[-3000:]
+    return out
 
 
 # -------------------------------------------------------------------------------------------- main
@@ -407,21 +444,8 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
 
 def prepare(ctx) -> None:
     """Data, references, the server, and each query's calibrated fits on both backends (D)."""
-    from tests.reference import duckdb_reference
-
-    data = ctx["data"]
-    if not (data / "units").is_dir():
-        say(f"generating SF {ctx['scale']} in {ctx['units']} units")
-        generate(ctx["scale"], ctx["units"], data, overwrite=True)
-    units = source_units(data / "units")
-    ctx["static"] = str(data / "static")
-    ctx["refs"] = {q: duckdb_reference(q, units, data / "static")[1] for q in ctx["queries"]}
-    t0 = time.perf_counter()
-    ctx["server"] = connect.start_server(ctx["port"], base=ctx["work"] / "connect")
-    ctx["server_startup_seconds"] = round(time.perf_counter() - t0, 1)
-    ctx["server_pids"] = {ctx["server"]["pid"]}
-    say(f"Spark Connect server up in {ctx['server_startup_seconds']} s")
-    warm_server(ctx)  # before the calibration and D, which are a warm server's
+    prepare_data(ctx)
+    start_server(ctx)
     hist = ctx["work"] / "calibration"
     n = ctx["units"]
     saved = RESULTS / "tmp" / f"prep-sf{ctx['scale']}-n{n}-{'-'.join(ctx['queries'])}"
@@ -434,29 +458,16 @@ def prepare(ctx) -> None:
         ctx["prep_reused"] = str(saved)
         say(f"reusing the calibration and D of {saved}")
         return
-    for q in ctx["queries"]:
-        calibrate(q, data, backend="submit", state_dir=hist, sizes=[1, n - 1], final_counts=[1, 2])
-        # Quick mode: the default sizes (1, 2, 5, ... 50, rest); with many queries, four sizes
-        # spanning the range, to keep the preparation of the full mode within its time.
-        few = None if len(ctx["queries"]) == 1 else [1, 10, n // 3, n - 11 - n // 3]
-        calibrate(q, data, backend="connect", state_dir=hist, url=ctx["server"]["url"],
-                  server_pid=ctx["server"]["pid"], sizes=few, final_counts=None if few is None else [1, 2, 4])
-    ctx["history"] = hist / "cost_history.jsonl"
+    calibrate_queries(ctx, ("spark-submit", "spark-connect"), hist)
     ctx["D"], ctx["D_calibrated"], ctx["overhead"], ctx["reference"] = {}, {}, {}, {}
     for backend in ("spark-submit", "spark-connect"):
-        ctx["D_calibrated"][backend], ctx["overhead"][backend] = {}, {}
-        for q in ctx["queries"]:
-            fit = read_cost_history(hist, q, "fit", backend)[-1]
-            cost, agg = cost_model_from_dict(fit["cost"]), final_agg_from_dict(fit["final_agg"])
-            ctx["D_calibrated"][backend][q] = cost.cost(n) + agg.cost(1)
-            ctx["overhead"][backend][q] = fit["overhead_seconds"]
+        ctx["D_calibrated"][backend], ctx["overhead"][backend] = calibrated_one_batch(ctx, backend)
         # D on the deployment: the one-batch reference run of the first query, through Airflow.
         ref = run_iqp(ctx, f"reference_{backend}", backend, 1.0, reference=True)
         q0 = ctx["queries"][0]
         if ref["per_query"][q0]["after_window"] is None or not ref["result_correct"]:
             raise RuntimeError(f"the one-batch reference run on {backend} failed: {json.dumps(ref)[:2000]}")
-        # From the window's end, or from the moment the last unit landed if the copy ran past it.
-        measured = ref["per_query"][q0]["after_window"] - max(0.0, ref["last_unit_after_window"].get(q0, 0.0))
+        measured = one_batch_seconds(ref, q0)
         extra = measured - ctx["D_calibrated"][backend][q0]
         ctx["D"][backend] = {q: v + extra for q, v in ctx["D_calibrated"][backend].items()}
         ctx["reference"][backend] = {**ref, "deployment_extra_seconds": round(extra, 2)}
@@ -466,6 +477,67 @@ def prepare(ctx) -> None:
     shutil.rmtree(saved, ignore_errors=True)
     shutil.copytree(hist, saved / "calibration")
     (saved / "prep.json").write_text(json.dumps({k: ctx[k] for k in PREP_KEYS}, indent=2) + "\n")
+
+
+def prepare_data(ctx) -> None:
+    """The window's units (generated once per scale and unit count) and each query's DuckDB result."""
+    from tests.reference import duckdb_reference
+
+    data = ctx["data"]
+    if not (data / "units").is_dir():
+        say(f"generating SF {ctx['scale']} in {ctx['units']} units")
+        generate(ctx["scale"], ctx["units"], data, overwrite=True)
+    units = source_units(data / "units")
+    ctx["static"] = str(data / "static")
+    ctx["refs"] = {q: duckdb_reference(q, units, data / "static")[1] for q in ctx["queries"]}
+
+
+def start_server(ctx) -> None:
+    """The benchmark's Spark Connect server, started and warmed (:func:`warm_server`)."""
+    t0 = time.perf_counter()
+    ctx["server"] = connect.start_server(ctx["port"], base=ctx["work"] / "connect")
+    ctx["server_startup_seconds"] = round(time.perf_counter() - t0, 1)
+    ctx["server_pids"] = {ctx["server"]["pid"]}
+    say(f"Spark Connect server up in {ctx['server_startup_seconds']} s")
+    warm_server(ctx)  # before the calibration and D, which are a warm server's
+
+
+def calibrate_queries(ctx, backends, hist: Path, *, few_sizes: bool | None = None) -> None:
+    """Each query's calibrated fits on ``backends``, in ``hist`` (what the DAGs plan with).
+
+    On Connect, ``few_sizes`` (default: with several queries) calibrates four batch sizes
+    spanning the window, to keep the preparation of many queries within its time; otherwise
+    the default sizes (1, 2, 5, ... 50, rest)."""
+    n = ctx["units"]
+    if few_sizes is None:
+        few_sizes = len(ctx["queries"]) > 1
+    for q in ctx["queries"]:
+        if "spark-submit" in backends:
+            calibrate(q, ctx["data"], backend="submit", state_dir=hist, sizes=[1, n - 1], final_counts=[1, 2])
+        if "spark-connect" in backends:
+            few = [1, 10, n // 3, n - 11 - n // 3] if few_sizes else None
+            calibrate(q, ctx["data"], backend="connect", state_dir=hist, url=ctx["server"]["url"],
+                      server_pid=ctx["server"]["pid"], sizes=few, final_counts=None if few is None else [1, 2, 4])
+    ctx["history"] = hist / "cost_history.jsonl"
+
+
+def calibrated_one_batch(ctx, backend: str) -> tuple[dict, dict]:
+    """Per query: the calibrated cost of one batch of the whole window plus its merge, and the fit's
+    per-batch overhead."""
+    cost_of, overhead = {}, {}
+    hist = ctx["history"].parent
+    for q in ctx["queries"]:
+        fit = read_cost_history(hist, q, "fit", backend)[-1]
+        cost, agg = cost_model_from_dict(fit["cost"]), final_agg_from_dict(fit["final_agg"])
+        cost_of[q] = cost.cost(ctx["units"]) + agg.cost(1)
+        overhead[q] = fit["overhead_seconds"]
+    return cost_of, overhead
+
+
+def one_batch_seconds(ref: dict, q: str) -> float:
+    """A one-batch reference run's D: from the window's end to the result, or from the moment
+    its last unit landed if the copy ran past the window's end (the harness's own clock)."""
+    return ref["per_query"][q]["after_window"] - max(0.0, ref["last_unit_after_window"].get(q, 0.0))
 
 
 def warm_server(ctx) -> None:

@@ -266,20 +266,25 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slots: i
 
     ``tail`` is the plan's tail (``split_tail``; a ``Batch`` or its JSON form). First each
     batch ready after the task started (``tail.before``), in order: wait until it may start,
-    as its sensor would, claim, take a turn on the cluster, write its partial. Then the last
+    as its sensor would, claim, take a turn on the cluster, write its partial; or, once the
+    last batch may claim, leave its units to it (``fold_into_tail``). Then the last
     batch: wait, reading the written partials as they come (:func:`read_written`), claim,
     take a turn and run it with the merge (:func:`execute_tail`). Turns: ``slots`` batches
     of the state directory at once, earliest deadline first; with a gate the turn is its,
     and the last batch's ``turn_ts`` (``ahead``) does not hold it back as well. A retry
     re-reads every claim and skips a partial already written.
     """
-    from airflow_iqp.window.tail import claim_when_ready, load, turn
+    from airflow_iqp.window.tail import claim_when_ready, fold_into_tail, load, turn
 
     tail = load(tail)
     spark.range(1).collect()  # the session's first query pays its set-up: not after the window's end
     if slots > 0:
         tail = tail.with_(turn_ts=0.0)
     for entry in tail.before:
+        if fold_into_tail(entry, tail, time.time()) is not None:
+            print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch",
+                  flush=True)
+            continue
         _run_batch_in_turn(spark, window_dir, entry, slots, history)
     ahead = [read_written(spark, window_dir)]
 

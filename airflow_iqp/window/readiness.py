@@ -118,6 +118,21 @@ def split_tail(entries: list[Batch], lead: float) -> tuple[list[Batch], Batch | 
     return earlier[:k], last.with_(start_ts=start, before=tuple(earlier[k:]))
 
 
+def fold_into_tail(entry: Batch, tail: Batch, now: float) -> dict | None:
+    """A batch of a fused tail's ``before`` that has not claimed by the time the last batch
+    may claim (the window's end and grace are past: an earlier batch ran late) leaves its
+    units to the last batch, which runs them in the same job as the merge. Run on its own it
+    would add a job, and a partial written and read again, after the window's end, where the
+    plan had it done before. Returns its empty claim, or None when it runs as planned (an
+    unknown total, which re-plans as each batch claims, always does)."""
+    if not entry.known_total or now < tail.ready_ts:
+        return None
+    ws = entry.window_state()
+    if ws.claim_path(entry.index).exists():  # a retry: it claimed in the earlier attempt
+        return None
+    return claim_units(ws, entry.index, [], [])
+
+
 def wait_and_claim(batch: Batch, poll: float = TAIL_POLL_S, sleep: Any = time.sleep) -> dict:
     """In the final task of a fused tail: wait in process until a batch may start, then claim for it.
 

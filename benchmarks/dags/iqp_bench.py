@@ -8,6 +8,11 @@ runs the last batch), IQP_DISPATCH (seconds), IQP_TAIL_SLOTS, IQP_TAIL_LEAD (JSO
 seconds), IQP_SHARES ("1": plan jointly with the other queries, their deadlines IQP_DEADLINES),
 IQP_COST_SCALE (planned costs over calibrated ones).
 Cost models come from the calibrated fits in the state directory.
+
+``benchmarks/single_query_sweep.py`` runs many windows one after another in one Airflow:
+IQP_WINDOWS names a JSON file of DAGs, each with its own ``dag_id``, ``query``, ``landing``,
+``window_s``, ``anchor`` (ISO), ``deadline`` (seconds after the window's end), ``tail_lead``,
+``mode`` and ``state_dir``; the other settings come from the variables above.
 """
 
 import json
@@ -17,21 +22,41 @@ from datetime import datetime, timedelta
 from airflow_iqp.dag_factory import iqp_dag
 from airflow_iqp.options import Alerts, Algorithm1, Arrival, OneBatch, SparkConnect, SparkSubmit
 
+
+
+def _cut(mode: str, shares: dict | None = None):
+    cost_scale = float(os.environ.get("IQP_COST_SCALE", "1"))
+    if mode == "one_batch":
+        return OneBatch(cost_scale=cost_scale)
+    return Algorithm1(margin=float(os.environ.get("IQP_MARGIN", "10")), cost_scale=cost_scale, shares=shares)
+
+
+def _backend(tail_lead: float | None):
+    spark = SparkConnect if os.environ["IQP_BACKEND"] == "spark-connect" else SparkSubmit
+    return spark(retries=0, fuse_tail=os.environ.get("IQP_FUSE_TAIL") == "1", tail_lead=tail_lead,
+                 dispatch=float(os.environ.get("IQP_DISPATCH", "0")),
+                 tail_slots=int(os.environ.get("IQP_TAIL_SLOTS", "0")))
+
+
+if os.environ.get("IQP_WINDOWS"):
+    with open(os.environ["IQP_WINDOWS"]) as f:
+        for w in json.load(f):
+            start = datetime.fromisoformat(w["anchor"])
+            globals()[w["dag_id"]] = iqp_dag(
+                # The Deadline Alert stays on here: the sweep's windows run as a user's would.
+                query=w["query"], dag_id=w["dag_id"], streams=w["landing"], static=os.environ["IQP_STATIC"],
+                window=timedelta(seconds=w["window_s"]), deadline_offset=timedelta(seconds=w["deadline"]),
+                arrival=Arrival(units=int(os.environ["IQP_UNITS"])), cut=_cut(w["mode"]),
+                backend=_backend(w["tail_lead"]), state_dir=w["state_dir"], anchor=start,
+                end_date=start + timedelta(seconds=1))
+
 if os.environ.get("IQP_QUERIES"):
     ANCHOR = datetime.fromisoformat(os.environ["IQP_ANCHOR"])
     DEADLINES = json.loads(os.environ["IQP_DEADLINES"])
     LEAD = json.loads(os.environ.get("IQP_TAIL_LEAD") or "{}")
-    COST_SCALE = float(os.environ.get("IQP_COST_SCALE", "1"))
-    if os.environ.get("IQP_MODE", "plan") == "one_batch":
-        CUT = OneBatch(cost_scale=COST_SCALE)
-    else:
-        CUT = Algorithm1(margin=float(os.environ.get("IQP_MARGIN", "10")), cost_scale=COST_SCALE,
-                         shares=DEADLINES if os.environ.get("IQP_SHARES") == "1" else None)
-    SPARK = SparkConnect if os.environ["IQP_BACKEND"] == "spark-connect" else SparkSubmit
+    CUT = _cut(os.environ.get("IQP_MODE", "plan"), DEADLINES if os.environ.get("IQP_SHARES") == "1" else None)
     for query in os.environ["IQP_QUERIES"].split(","):
-        backend = SPARK(retries=0, fuse_tail=os.environ.get("IQP_FUSE_TAIL") == "1", tail_lead=LEAD.get(query),
-                        dispatch=float(os.environ.get("IQP_DISPATCH", "0")),
-                        tail_slots=int(os.environ.get("IQP_TAIL_SLOTS", "0")))
+        backend = _backend(LEAD.get(query))
         globals()[f"bench_{query}"] = iqp_dag(
             query=query, dag_id=f"bench_{query}", streams=os.environ["IQP_LANDING"], static=os.environ["IQP_STATIC"],
             window=timedelta(seconds=float(os.environ["IQP_WINDOW_S"])),

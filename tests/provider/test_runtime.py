@@ -247,6 +247,32 @@ def test_the_fused_tail_starts_its_lead_before_the_end_then_waits_in_process_and
     assert wait_and_claim(tail, sleep=sleep) == manifest
 
 
+def test_a_before_batch_not_claimed_by_the_window_end_leaves_its_units_to_the_last_batch(tmp_path):
+    """An earlier batch ran late, past the window's end: the next batch of the fused tail's
+    ``before`` would run on its own after the end; it claims nothing and the last batch,
+    which runs with the merge, takes its units (a retry keeps whatever it claimed)."""
+    from airflow_iqp.window.readiness import fold_into_tail, split_tail, wait_and_claim
+
+    c = cfg(tmp_path, units=6, rate=6 / 240, cost_hint={"kind": "linear", "per_unit": 30, "per_batch": 5}, margin=0)
+    wp = plan_window(c, START, START + 240, START + 320, now=START)
+    mapped, tail = split_tail(wp.batches, 1e6)
+    assert not mapped and len(tail.before) >= 2
+    first, late = tail.before[0], tail.before[1]
+    land(tmp_path / "landing", first.cumulative)
+    claim_batch(first)
+    land(tmp_path / "landing", 6 - first.cumulative, first=first.cumulative)
+    assert fold_into_tail(late, tail, tail.ready_ts - 0.01) is None  # before the end: it runs as planned
+    assert fold_into_tail(late.with_(known_total=False), tail, tail.ready_ts + 1) is None
+    assert fold_into_tail(late, tail, tail.ready_ts)["units"] == []
+    for entry in tail.before[2:]:
+        fold_into_tail(entry, tail, tail.ready_ts)
+    ws = WindowState(c.state_dir, c.query, wp.window_id)
+    assert fold_into_tail(late, tail, tail.ready_ts + 5) is None  # claimed already: a retry changes nothing
+    manifest = wait_and_claim(tail)
+    assert manifest["units"] == [f"{i:06d}" for i in range(first.cumulative, 6)]
+    assert [len(read_claims(ws)[b.index]["units"]) for b in tail.before[1:]] == [0] * (len(tail.before) - 1)
+
+
 def test_dispatch_is_planned_per_batch_and_a_fused_tail_dispatches_before_the_end(tmp_path):
     from airflow_iqp.window.costs import cost_models
     from airflow_iqp.window.readiness import fire_at

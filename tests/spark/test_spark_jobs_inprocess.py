@@ -179,6 +179,9 @@ def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_u
             (landing / f".{u.name}").rename(landing / u.name)
 
     lander = threading.Thread(target=land)
+    # The last batch may claim 2 s from now: batch 2, reached before then, runs on its own
+    # (reached after it, it would leave its units to the last batch: fold_into_tail).
+    tail = tail.with_(ready_ts=time.time() + 2.0)
     lander.start()
     t0 = time.time()
     manifest = run_tail(spark, qid, ws.root, tail, slots=1)
