@@ -117,6 +117,25 @@ class _ConnectStrategy(_Strategy):
 _STRATEGIES = {s.name: s for s in (_SubmitStrategy, _ConnectStrategy)}
 
 
+class OnBackend:
+    """What an operator that runs on a backend strategy (``self._strategy``) exposes of it."""
+
+    _strategy: _Strategy
+
+    @property
+    def conn_id(self) -> str | None:
+        """The Spark connection the backend uses (None: the ``[iqp]`` default)."""
+        return self._strategy.conn_id
+
+    @property
+    def conf(self) -> dict:
+        """The Spark conf of the spark-submit (none on Spark Connect)."""
+        return self._strategy.conf
+
+    def on_kill(self) -> None:
+        self._strategy.on_kill()
+
+
 def backend_name(backend: Any) -> str:
     """``"spark-submit"`` or ``"spark-connect"``, from the name or a typed backend object
     (:class:`~airflow_iqp.options.SparkSubmit`, :class:`~airflow_iqp.options.SparkConnect`)."""

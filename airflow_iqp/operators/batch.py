@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.hooks.state import IQPStateHook
-from airflow_iqp.operators._backends import strategy
+from airflow_iqp.operators._backends import OnBackend, strategy
 from airflow_iqp.state import batch_name
 from airflow_iqp.window.batch import Batch
 
@@ -22,7 +22,7 @@ from airflow_iqp.window.batch import Batch
 BATCH_TIMEOUT_MIN_S = 600.0
 
 
-class BatchOperator(BaseOperator):
+class BatchOperator(OnBackend, BaseOperator):
     """Runs one planned batch; the batch writes its partial result.
 
     ``backend="spark-submit"`` runs ``airflow_iqp/spark/batch_job.py`` through spark-submit
@@ -111,16 +111,3 @@ class BatchOperator(BaseOperator):
         if not isinstance(max_tries, int):
             return ti.try_number > 1
         return ti.try_number > max_tries - (self.retries or 0) + 1
-
-    @property
-    def conn_id(self) -> str | None:
-        """The Spark connection the backend uses (None: the ``[iqp]`` default)."""
-        return self._strategy.conn_id
-
-    @property
-    def conf(self) -> dict:
-        """The Spark conf of the spark-submit (none on Spark Connect)."""
-        return self._strategy.conf
-
-    def on_kill(self) -> None:
-        self._strategy.on_kill()

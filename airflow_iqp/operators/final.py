@@ -11,7 +11,7 @@ from airflow.sdk import Asset, BaseOperator, TriggerRule
 
 from airflow_iqp import config
 from airflow_iqp.hooks.state import IQPStateHook
-from airflow_iqp.operators._backends import strategy
+from airflow_iqp.operators._backends import OnBackend, strategy
 from airflow_iqp.state import WindowState, batch_name
 from airflow_iqp.window.batch import Batch, batches_from
 
@@ -21,7 +21,7 @@ def result_asset(query: str) -> Asset:
     return Asset(name=f"iqp_{query}_result", uri=f"file://{config.state_dir()}/{query}/result")
 
 
-class FinalOperator(BaseOperator):
+class FinalOperator(OnBackend, BaseOperator):
     """Merges every batch's partial into the window's result; then accounts for the window.
 
     ``backend="spark-submit"`` runs ``airflow_iqp/spark/final_job.py`` through spark-submit;
@@ -85,18 +85,6 @@ class FinalOperator(BaseOperator):
             return self._after_late(context, late)
         return self._after_final(context, state, ws)
 
-    @property
-    def conn_id(self) -> str | None:
-        """The Spark connection the backend uses (None: the ``[iqp]`` default)."""
-        return self._strategy.conn_id
-
-    @property
-    def conf(self) -> dict:
-        """The Spark conf of the spark-submit (none on Spark Connect)."""
-        return self._strategy.conf
-
-    def on_kill(self) -> None:
-        self._strategy.on_kill()
 
     def _window(self, context, state: IQPStateHook) -> WindowState:
         if self.late:

@@ -90,3 +90,12 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def land(landing, *names):
+    """TPC-H-layout units (a directory of orders and lineitem files each) in ``landing``."""
+    for name in names:
+        d = landing / name
+        d.mkdir(parents=True)
+        for f in ("orders.parquet", "lineitem.parquet"):
+            (d / f).write_bytes(b"x")

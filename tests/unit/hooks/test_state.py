@@ -10,17 +10,9 @@ from airflow_iqp.streams import TPCH
 from airflow_iqp.window.config import QueryConfig, window_id
 from airflow_iqp.window.plan import plan_window
 from tests.batches import make_batch
-from tests.unit.support import START, TI
+from tests.unit.support import START, TI, land
 
 T0 = START.timestamp()
-
-
-def land(landing, *names):
-    for name in names:
-        d = landing / name
-        d.mkdir(parents=True)
-        for f in ("orders.parquet", "lineitem.parquet"):
-            (d / f).write_bytes(b"x")
 
 
 def batch_of(tmp_path, **fields):

@@ -16,20 +16,12 @@ from airflow_iqp.state import WindowState, atomic_write_json, claim_units, read_
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import window_id
 from tests.batches import make_batch
-from tests.unit.support import START, TI, context, fake_submit, read_record
+from tests.unit.support import START, TI, context, land, fake_submit, read_record
 
 pytestmark = pytest.mark.usefixtures("spark_connections")
 
 T0 = START.timestamp()
 WINDOW = window_id(T0)
-
-
-def land(landing, *names):
-    for name in names:
-        d = landing / name
-        d.mkdir(parents=True)
-        for f in ("orders.parquet", "lineitem.parquet"):
-            (d / f).write_bytes(b"x")
 
 
 def batch(tmp_path, index=1, of=2, **fields) -> Batch:
