@@ -56,6 +56,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -139,6 +140,8 @@ class Cluster:
     worker_cores: int = 4
     worker_memory: str = "3g"
     airflow: AirflowEnv | None = None
+    #: Keep the cluster's directories at exit (set it to look at the logs after a bad run).
+    keep: bool = False
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -435,6 +438,10 @@ def _spark_env(root: Path) -> dict[str, str]:
     return env
 
 
+def _raise_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 @contextlib.contextmanager
 def cluster_env(
     dags_folder: str | os.PathLike,
@@ -470,8 +477,13 @@ def cluster_env(
     pg = Postgres(datadir=pg_parent / "data", port=free_port(), bindir=bindir, log=pg_parent / "postgres.log")
     cl = Cluster(root=base, postgres=pg, master_port=free_port(), master_ui_port=free_port(),
                  worker_ui_port=free_port(), connect_port=free_port(), spark_env=_spark_env(base),
-                 worker_cores=worker_cores, worker_memory=worker_memory)
+                 worker_cores=worker_cores, worker_memory=worker_memory, keep=keep)
     ok = False
+    # A SIGTERM (a CI timeout, a kill of the test run) unwinds through the teardown below
+    # instead of leaving every process running.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _raise_on_sigterm)
     try:
         t = time.monotonic()
         pg.init()
@@ -503,7 +515,9 @@ def cluster_env(
         raise
     finally:
         cl.stop()
-        if ok and not keep:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        if ok and not (keep or cl.keep):
             shutil.rmtree(base, ignore_errors=True)
             if pg_parent != base:
                 shutil.rmtree(pg_parent, ignore_errors=True)
@@ -519,16 +533,14 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--dags", default=str(Path(__file__).resolve().parents[1] / "dags"))
     up.add_argument("--root", default=None, help="the cluster's directory (default: a new temp dir)")
     args = parser.parse_args(argv)
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-    with cluster_env(args.dags, root=args.root, keep=True) as cl:
-        print(json.dumps(cl.describe(), indent=1), flush=True)
-        print("cluster up; Ctrl-C stops it", flush=True)
-        try:
-            while not stop:
+    try:
+        with cluster_env(args.dags, root=args.root, keep=True) as cl:
+            print(json.dumps(cl.describe(), indent=1), flush=True)
+            print("cluster up; Ctrl-C (or SIGTERM) stops it", flush=True)
+            while True:
                 time.sleep(1)
-        except KeyboardInterrupt:
-            pass
+    except (KeyboardInterrupt, SystemExit):
+        pass
     return 0
 
 
