@@ -161,8 +161,10 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
         if tail:
             paths = [p for p in cover["partials"] if p != str(ws.partial_path(tail[0]))]
             df = run_final(spark, saved, _ahead_or_paths(written, window_dir, paths), also=tail[1])
-        else:
+        elif cover["partials"]:
             df = run_final(spark, saved, cover["partials"])
+        else:  # an empty window: nothing landed, every batch skipped
+            df = run_final(spark, saved, [], also=empty_partial(spark, saved, ws.state_dir))
         write_atomic(df, ws.result_dir)
     bad = [q for b in cover["batches"] for q in _metrics(ws, b).get("quarantined", [])] + list(quarantined or [])
     manifest = {
@@ -180,6 +182,24 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
                             cpu_seconds=meter.cpu_seconds, task_seconds=meter.task_seconds,
                             backend=backend, window=ws.window_id)
     return manifest
+
+
+def empty_partial(spark, saved, state_dir):
+    """The partial of a window in which nothing landed: the batch step over no rows, with
+    each stream's declared (or TPC-H) columns, else those recorded from its first unit of an
+    earlier window. The merge of it is the query over no input: no groups, or the one row of
+    a global aggregate (``count(*)`` is 0). A stream whose columns are unknown yet (its
+    first window is empty) needs ``Stream(schema=...)``: a ConfigError says so."""
+    from airflow_iqp.query.store import schema_dir
+    from airflow_iqp.spark.steps import Inspection, run_batch
+    from airflow_iqp.state import read_json
+
+    columns = {}
+    for name in saved.query.streams:
+        record = schema_dir(state_dir, saved.query.id) / f"{name}.json"
+        if record.is_file():
+            columns[name] = dict(read_json(record)["columns"])
+    return run_batch(spark, saved, [], inspection=Inspection([], [], columns))
 
 
 def revisions(old: dict | None, new: dict) -> dict:

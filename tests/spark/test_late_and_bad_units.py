@@ -91,3 +91,33 @@ def test_fail_mode_stops_the_batch_naming_the_file_and_a_rerun_reads_the_same_cl
     execute_batch(spark, "ev", ws.claim_path(1), None, ws.partial_path(1))
     execute_final(spark, "ev", ws.root, expect_units=len(units))
     assert_same_rows(_rows(ws), duckdb_events(SQL, events_dir)[1], True, "rerun")
+
+
+def test_an_empty_window_merges_the_query_over_no_input(spark, events_dir, tmp_path):
+    from airflow_iqp.errors import ConfigError
+
+    declared = "ts TIMESTAMP, user_id BIGINT, country STRING, amount DOUBLE, qty INT, cat_id INT"
+    for qid, sql, schema, want in (("ev", SQL, declared, []),
+                                   ("evc", "SELECT count(*) AS n, sum(amount) AS s FROM events", declared, [(0, None)])):
+        (tmp_path / qid).mkdir()
+        saved = Saved(decompose(sql, id=qid, streams=["events"]),
+                      (Stream("events", path=str(tmp_path / qid / "landing"), schema=schema),))
+        save_query(tmp_path / qid / "state", saved)
+        ws = WindowState(tmp_path / qid / "state", qid, "w0")
+        claim_units(ws, 1, [], [])                  # every batch found nothing and skipped
+        manifest = execute_final(spark, qid, ws.root)
+        assert manifest["units"] == [] and manifest["rows_out"] == len(want)
+        assert _rows(ws) == want
+    # Without a declared schema, the columns recorded from an earlier window's first unit serve.
+    ws, saved, _landing = _window(tmp_path / "recorded", events_dir)
+    _claim(ws, 1, list_units(_landing, saved.streams)[:1], saved)
+    execute_batch(spark, "ev", ws.claim_path(1), None, ws.partial_path(1))
+    empty = WindowState(ws.state_dir, "ev", "w1")
+    claim_units(empty, 1, [], [])
+    assert execute_final(spark, "ev", empty.root)["rows_out"] == 0
+    # A first window that is empty, of a stream without a schema: the error says what to declare.
+    fresh, _saved, _ = _window(tmp_path / "fresh", events_dir)
+    nothing = WindowState(fresh.state_dir, "ev", "w9")
+    claim_units(nothing, 1, [], [])
+    with pytest.raises(ConfigError, match="stream events: an empty batch needs a declared schema"):
+        execute_final(spark, "ev", nothing.root)
