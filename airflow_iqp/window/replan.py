@@ -68,7 +68,9 @@ def replan(batch: Batch, claimed: int, arrived: int, now: float) -> tuple[bool, 
         times = tuple([max(first_free, rel_now)] * at_once
                       + [max(first_free, min(rel_end, rel_now + (j + 1) * step)) for j in range(rest)])
         arrival, w_end = EmpiricalArrival(times), max(ready_end, times[-1])
-        return plan_batches(arrival, cost, agg, w_end, rel_deadline).sizes, (arrival, w_end)
+        # A deadline already behind (a checkpoint that fired late, an infeasible deadline):
+        # the batches that finish earliest, as the window's first plan does, not an error.
+        return plan_batches(arrival, cost, agg, w_end, max(rel_deadline, w_end)).sizes, (arrival, w_end)
 
     sizes, _ = cut(rel_now, arrived, total - seen)
     run_now = arrived > 0 and (not batch.spare or len(sizes) >= 2)
@@ -84,7 +86,7 @@ def replan(batch: Batch, claimed: int, arrived: int, now: float) -> tuple[bool, 
     if len(sizes) - 1 > len(slots):  # more batches than entries: the earliest merge
         cut_at = len(sizes) - len(slots)
         sizes = [sum(sizes[:cut_at])] + sizes[cut_at:]
-    plan = build_plan(sizes, basis[0], cost, agg, basis[1], rel_deadline) if sizes else None
+    plan = build_plan(sizes, basis[0], cost, agg, basis[1], max(rel_deadline, basis[1])) if sizes else None
     checkpoints = {e.index for e in planned if e.spare}
     entries, cumulative = {}, base
     for j, idx in enumerate(slots):

@@ -154,3 +154,19 @@ def test_the_window_that_just_ended_counts_by_its_landed_units_until_its_arrival
     second = plan_window(c, START + 120, START + 240, START + 270, now=START + 120.5)
     assert "17 units expected (median of 1 earlier windows)" in second.models
     assert "rate hint" in plan_window(c, START + 120, START + 240, START + 270, now=START + 119).models
+
+
+def test_a_checkpoint_past_an_infeasible_deadline_re_plans_the_earliest_finish(tmp_path):
+    """A deadline a few seconds after the window's end, and a checkpoint that fires after it
+    (a busy cluster): the re-plan runs what arrived and plans the rest to finish earliest."""
+    from airflow_iqp.window.replan import replan
+
+    c = cfg(tmp_path, grace=0.0, cost_hint={"kind": "linear", "per_unit": 0.5, "per_batch": 60})
+    wp = plan_window(c, START, START + 30, START + 33, now=START + 1)
+    store_plan(wp)
+    assert not wp.plan.feasible
+    land(tmp_path / "landing", ["a.csv", "b.csv"], START + 5)
+    checkpoint = next(b for b in wp.batches if b.spare)
+    run_now, doc = replan(checkpoint, 0, 2, START + 42)
+    assert isinstance(run_now, bool)  # it decides, rather than raising
+    assert doc["feasible"] is False and doc["expected_total"] >= 2
