@@ -66,6 +66,7 @@ from typing import Any
 
 from iqp_dev.local_airflow import AirflowEnv, airflow_env, free_port
 from iqp_dev.postgres import Postgres, pg_bindir
+from iqp_dev.procs import alive as _alive
 
 SPARK_COMPONENTS = ("spark-master", "spark-worker", "spark-connect")
 AIRFLOW_COMPONENTS = ("scheduler", "triggerer", "dag-processor", "api-server")
@@ -86,14 +87,6 @@ SPARK_DEFAULTS: dict[str, str] = {
     "spark.deploy.maxExecutorRetries": "20",
 }
 # ------------------------------------------------------------------------- processes
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
 
 def _proc_env(pid: int) -> dict[str, str]:
     try:

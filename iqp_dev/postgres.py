@@ -21,6 +21,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from iqp_dev.procs import alive as _alive
+
 PG_USER = "airflow"
 PG_DB = "airflow"
 
@@ -119,9 +121,3 @@ class Postgres:
             return "(no postgres log)"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from iqp_dev.procs import alive as _alive
+
 WAIT_S = 150.0  # the longest a fault waits for its moment
 
 
@@ -144,14 +146,6 @@ def cl_kill(pid: int, sig: int = signal.SIGKILL) -> None:
         os.kill(pid, sig)
     except ProcessLookupError:
         pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
 
 
 # ------------------------------------------------------------------------------ phase 2
