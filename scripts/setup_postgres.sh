@@ -13,22 +13,13 @@ have_pg() {
 if have_pg; then
     exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "error: PostgreSQL's server binaries (initdb, pg_ctl) are missing and there is no apt-get here;" >&2
-    echo "       install PostgreSQL 13 or newer and set IQP_PG_BIN to the directory holding initdb." >&2
+source "$(dirname "${BASH_SOURCE[0]}")/apt_install.sh"
+apt_install postgresql "PostgreSQL's server binaries (initdb, pg_ctl) are missing" || {
+    echo "       or install PostgreSQL 13 or newer and set IQP_PG_BIN to the directory holding initdb." >&2
     exit 3
-fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-    if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
-        echo "error: installing PostgreSQL needs root (apt-get install postgresql); run as root or with sudo." >&2
-        exit 3
-    fi
-fi
-echo "setup_postgres: PostgreSQL is missing; installing Debian's 'postgresql' package (apt-get install -y postgresql)"
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+}
 # The package starts a system cluster on port 5432; the tests start their own and do not need it.
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 if command -v pg_lsclusters >/dev/null 2>&1; then
     pg_lsclusters --no-header 2>/dev/null | while read -r ver name _; do
         $SUDO pg_ctlcluster "$ver" "$name" stop 2>/dev/null || true
