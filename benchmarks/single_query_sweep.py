@@ -52,9 +52,9 @@ from airflow_iqp.window.config import window_id  # noqa: E402
 from airflow_iqp.spark import connect  # noqa: E402
 from airflow_iqp.state import read_json  # noqa: E402
 from vs_streaming import (  # noqa: E402
-    REFERENCE_PUBLISH_S, REFERENCE_WINDOW_S, RESULTS, airflow_config, calibrate_queries, calibrated_one_batch,
-    check_results, failure_detail, iqp_env, one_batch_seconds, prepare_data, queue_leads, say, start_replay,
-    start_server, window_outcome,
+    COST_SCALE, REFERENCE_PUBLISH_S, REFERENCE_WINDOW_S, RESULTS, airflow_config, calibrate_queries,
+    calibrated_one_batch, check_results, failure_detail, iqp_env, one_batch_seconds, prepare_data, queue_leads, say,
+    start_replay, start_server, window_outcome,
 )
 
 BACKEND = "spark-connect"
@@ -290,9 +290,12 @@ def main(argv=None) -> int:
     p.add_argument("--fracs", help="override the deadlines, as fractions of D (comma-separated)")
     p.add_argument("--port", type=int, default=15013, help="port of the benchmark's Spark Connect server")
     p.add_argument("--name", help="result file stem under benchmarks/results/")
+    p.add_argument("--cost-scale", type=float, default=COST_SCALE[BACKEND],
+                   help="planned over calibrated costs (QueryConfig.cost_scale); default: vs_streaming's, "
+                        "%(default)s")
     args = p.parse_args(argv)
     preset = QUICK if args.quick else FULL
-    ctx = {**preset, "port": args.port, "margin": {BACKEND: 2.0}}
+    ctx = {**preset, "port": args.port, "margin": {BACKEND: 2.0}, "cost_scale": {BACKEND: args.cost_scale}}
     if args.queries:
         ctx["queries"] = args.queries.split(",")
     if args.fracs:
@@ -323,7 +326,7 @@ def main(argv=None) -> int:
     from importlib.metadata import version
 
     meta = {k: ctx.get(k) for k in ("queries", "fracs", "scale", "units", "rate", "window", "D", "D_calibrated",
-                                    "overhead", "reference", "server_startup_seconds", "server_warmup")}
+                                    "overhead", "reference", "server_startup_seconds", "server_warmup", "cost_scale")}
     meta.update(quick=args.quick, backend=BACKEND, elapsed_seconds=round(time.time() - started, 1),
                 date=datetime.fromtimestamp(started, timezone.utc).strftime("%Y-%m-%d"),
                 commit=commit + ("+dirty" if dirty else ""), airflow=version("apache-airflow"),

@@ -101,31 +101,27 @@ DISPATCH_S = {"spark-submit": 2.0, "spark-connect": 1.7}
 PLAN_DISPATCH_S = {"spark-submit": DISPATCH_S["spark-submit"], "spark-connect": 0.0}
 #: Each query's final task (its fused tail) starts this long before the window's end, plus
 #: :data:`LEAD_STEP_S` for each query due after it: the earliest-due starts first, and no two
-#: start together. On spark-submit each start is a JVM (about 10 s, 15-20 CPU s here); all
-#: nine are up and idle by the window's end instead of starting while other queries' last
-#: batches run (session 4: 21 s for the first query, due at 14.7 s, with the JVM of the next
-#: one starting beside it). On Spark Connect each start is an Airflow task and a session
-#: (2-3 CPU s); the batches ready after it run in it (``split_tail``), one at a time across
-#: the queries. With 30-62 s of lead the nine starts fell among the queries' big batches,
-#: which took 3-10 times their calibrated cost (a 237-unit batch 13.7 s, planned 1.4 s);
-#: started from the window's second minute, every batch of the joint plans runs in them.
+#: start together. On spark-submit each start is a JVM (about 10 s, 15-20 CPU s here), so all
+#: nine are up and idle by the window's end rather than starting beside other queries' last
+#: batches. On Spark Connect each start is an Airflow task and a session (2-3 CPU s); the
+#: batches ready after it run in it (``split_tail``), one at a time across the queries, so
+#: the starts come before the joint plans' big batches, from the window's second minute.
 LEAD_BASE_S = {"spark-submit": 20.0, "spark-connect": 100.0}
 LEAD_STEP_S = {"spark-submit": 10.0, "spark-connect": 10.0}
 #: Planned costs over calibrated ones (``QueryConfig.cost_scale``). Nine queries' batches on one
-#: warm Connect server ran 0.5 to 2.3 times their calibrated cost in a run (median 1.35;
-#: session 6, s6_a): Airflow and the other tasks share the two cores with it (the scheduler
-#: alone took 0.2-0.25 of a core in s7_c). With 1.5, try s7_b's batches before the window's
-#: end were still running 1.6 s after it; with 2.0 (s7_c) they were done 0.5 s before it.
+#: warm Connect server run up to about twice their calibrated cost, with Airflow and the other
+#: tasks on the same two cores; planning at 2.0 keeps the batches before the window's end
+#: done by it (docs/decisions.md, "Several queries on one Spark Connect server at 0.2D").
 #: The planned tails and merges are then pessimistic too, and the tight plans say they are
 #: infeasible: they are the plans that finish earliest under that pessimism.
 COST_SCALE = {"spark-submit": 1.0, "spark-connect": 2.0}
 #: Airflow settings of the Spark Connect runs: Airflow's defaults for the scheduler's idle
-#: loop (the benchmark's 0.2 s took 0.2-0.25 of a core in try s7_c, beside the one Spark
-#: server on two cores) and for re-parsing the DAG file (the harness's 2 s, for tests that
-#: write DAGs, took 0.05 of a core). Their final tasks start 100 s and more before the
-#: window's end, so a slower dispatch costs them nothing. The reference run that measures D
-#: keeps the quick loop: it dispatches its one batch after the window's end, and a slower
-#: loop there would only make D, and every deadline, later.
+#: loop (the benchmark's 0.2 s takes 0.2-0.25 of a core beside the one Spark server on two
+#: cores) and for re-parsing the DAG file (the harness's 2 s, for tests that write DAGs,
+#: takes 0.05 of a core). Their final tasks start 100 s and more before the window's end,
+#: so a slower dispatch costs them nothing. The reference run that measures D keeps the
+#: quick loop: it dispatches its one batch after the window's end, and a slower loop there
+#: would only make D, and every deadline, later.
 CONNECT_AIRFLOW = {"SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1.0", "DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30"}
 #: The least warm-up of a fresh server (:func:`warm_server`), in seconds of its work.
 WARMUP_MIN_S = 60.0
@@ -323,7 +319,7 @@ def iqp_env(ctx, backend: str) -> dict:
     return {"IQP_BACKEND": backend, "IQP_STATIC": ctx["static"], "IQP_UNITS": str(ctx["units"]),
             "IQP_MARGIN": str(ctx["margin"][backend]), "IQP_FUSE_TAIL": "1",
             "IQP_DISPATCH": str(PLAN_DISPATCH_S[backend]), "IQP_TAIL_SLOTS": "1",
-            "IQP_COST_SCALE": str(COST_SCALE[backend]),
+            "IQP_COST_SCALE": str(ctx.get("cost_scale", COST_SCALE)[backend]),
             "AIRFLOW__IQP__POLL_INTERVAL": "0.5",
             "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
             "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps(
