@@ -50,6 +50,10 @@ def min_batch_size(cost: CostModel, final_agg: FinalAggCost, total: int, rsf: fl
     ``total`` units, and whose own batch cost stays within ``c_max`` seconds. When
     ``c_max`` caps the size below what ``rsf`` needs, the capped size is returned with
     ``bound_kept=False`` and a reason: the cost bound cannot be kept.
+
+    One batch of all units costs what it costs as it runs: with a final aggregation that
+    also merges a single batch (``merge_single``), its merge is part of it. Without
+    ``c_max`` the bound is therefore always kept (one batch of all units is within it).
     """
     if not isinstance(rsf, (int, float)) or rsf < 0:
         raise ConfigError(f"must be a number >= 0, got {rsf!r}", "rsf")
@@ -57,7 +61,7 @@ def min_batch_size(cost: CostModel, final_agg: FinalAggCost, total: int, rsf: fl
         raise ConfigError(f"must be > 0 seconds, got {c_max!r}", "c_max")
     if total <= 0:
         return MinBatch(size=0, batches=0, total_cost=0.0, single_cost=0.0, bound_kept=True)
-    single = cost.cost(total)
+    single = batched_cost(cost, final_agg, total, total)
     bound = (1 + rsf) * single
     cap = total if c_max is None else min(total, cost.capacity(c_max))
     if cap < 1:

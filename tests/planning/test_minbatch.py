@@ -47,3 +47,18 @@ def test_slack_and_laxity():
     assert slack(deadline=16, window_end=10, single_cost=5) == 1          # the paper's case 1
     assert slack(deadline=12, window_end=10, single_cost=5) == -3         # case 3: must batch
     assert laxity(deadline=100, now=40, remaining_cost=25) == 35
+
+
+def test_one_batch_that_also_merges_counts_its_merge_in_the_bound():
+    """The provider merges even a single batch (``merge_single``): one batch of all units
+    costs its batch and its merge. With a merge heavier than rsf x the batch, the bound is
+    still kept by one batch of all units, and no smaller size can keep it."""
+    cost = LinearCost(per_unit=0.1, per_batch=20.0)                      # 120 units: 32 s
+    agg = LinearFinalAgg(base=20.0, per_batch=0.5, merge_single=True)    # one batch's merge: 20.5 s
+    mb = min_batch_size(cost, agg, total=120, rsf=0.5)
+    assert mb.single_cost == pytest.approx(52.5)
+    assert mb.bound_kept and mb.reason == ""
+    assert mb.total_cost <= 1.5 * 52.5 + 1e-9
+    assert batched_cost(cost, agg, 120, mb.size - 1) > 1.5 * 52.5
+    # Without merge_single one batch has no merge, as in the paper.
+    assert min_batch_size(cost, LinearFinalAgg(base=20.0, per_batch=0.5), 120, 0.5).single_cost == pytest.approx(32.0)

@@ -525,3 +525,14 @@ def test_queries_sharing_a_cluster_are_planned_jointly_earliest_deadline_first(t
         cfg(tmp_path, shares=offsets, ahead=5.0)
     with pytest.raises(ConfigError, match="shares"):
         cfg(tmp_path, shares={"cq1": "soon"})
+
+
+def test_dynamic_mode_plans_with_the_default_hints(tmp_path):
+    """MinBatches with the hints a DAG gets by default: the merge a single batch pays too
+    (20.5 s) exceeds rsf x that batch's cost, and the plan still sizes its MinBatches."""
+    d = QueryConfig(query="cq2", landing=str(tmp_path / "landing"), state_dir=str(tmp_path / "state"), units=120,
+                    rate=1.0, mode="dynamic")
+    wp = plan_window(d, START, START + 120, START + 125, now=START)
+    mb = wp.plan.extra["min_batch"]
+    assert mb["bound_kept"] and 1 <= mb["size"] <= 120
+    assert sum(e.units for e in wp.batches if not e.spare) == 120
