@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from airflow_iqp import options
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.models import cost_model_from_dict, final_agg_from_dict, scaled
 
@@ -23,6 +24,8 @@ def clock(ts: float) -> str:
 
 #: How a window is cut into batches (``QueryConfig.mode``).
 MODES = ("plan", "dynamic", "one_batch")
+#: The typed options' defaults, which are QueryConfig's.
+_ARRIVAL, _PLAN, _MIN, _BACKEND = options.Arrival(), options.Algorithm1(), options.MinBatches(), options.SparkSubmit()
 
 
 @dataclass(frozen=True)
@@ -32,60 +35,34 @@ class QueryConfig:
     query: str
     landing: str                 #: this window's landing directory (resolved)
     state_dir: str
-    #: Units expected per window; None: unknown, estimated (:func:`expected_units`) and
-    #: checked against what arrives at every batch.
-    units: int | None = None
     static: str | dict | None = None  #: a directory of <table>.parquet, or table -> path
     #: The query's streams as ``Stream.to_dict()`` (None: the TPC-H layout): what a unit is.
     streams: tuple | None = None
-    rate: float | None = None    #: arrival hint, units/s (default: units over the window)
-    profile: str = "fixed"       #: arrival hint's profile (airflow_iqp.inputs.profiles)
-    arrival: str = "hint"        #: "hint", or "observed": the last window's observed arrivals
-    cost_hint: dict = field(default_factory=lambda: {"kind": "linear", "per_unit": 0.1, "per_batch": 20.0})
-    final_agg_hint: dict = field(default_factory=lambda: {"kind": "linear", "base": 20.0, "per_batch": 0.5})
-    backend: str = "spark-submit"  #: "spark-submit" or "spark-connect" (whose cost history to plan with)
-    #: "plan" (Algorithm 1), "dynamic" (MinBatches, section 4), or "one_batch" (the whole window
-    #: as one batch after its end: the baseline users compare against, on the same deployment)
-    mode: str = "plan"
-    rsf: float = 0.5
-    c_max: float | None = None
-    max_batches: int = 16        #: dynamic mode maps this many batches at most
-    fuse_tail: bool = False      #: the final task runs the last batch (``iqp_dag(fuse_tail=True)``)
-    #: Seconds from a batch's input being claimed to its Spark work starting (the sensor
-    #: resuming, the task starting, its session opening), added to every batch's cost; the
-    #: calibrated and measured costs leave it out. On Spark Connect on a 2-core machine it
-    #: is about 1.7 s.
-    dispatch: float = 0.0
-    #: The calibrated costs times this are the planned ones (:func:`scaled`): what the
-    #: deployment's own load while a window runs (Airflow, the other queries' tasks, the
-    #: input landing) adds to a calibration on an idle machine. With nine queries sharing one
-    #: Spark Connect server on a 2-core machine a batch costs 0.5 to 2.3 times its calibrated
-    #: cost (median 1.35): left at 1 there, plans count on batches shorter than they are.
-    cost_scale: float = 1.0
-    #: Seconds kept between a batch's input being ready and its latest safe start, for
-    #: what the plan does not model: noticing the input (the trigger polls), claiming it,
-    #: starting the job. Function 1 leaves every batch but the first no slack at all.
-    margin: float = 10.0
-    #: Seconds after the window's end that the cluster is busy with the final work of other
-    #: queries due before this one (several queries on one cluster, their last batches run
-    #: earliest deadline first: ``tail_slots``). The window is planned against the deadline
-    #: less this, and its last batch does not start before the window's end plus this.
-    ahead: float = 0.0
-    #: The other queries on this cluster over the same arriving units (same landing, units,
-    #: arrival hint, backend and settings; each its own cost models from the cost history):
-    #: query id -> its deadline, seconds after the window's end. The queries due before this
-    #: one (earliest deadline first) are planned first, and this window is planned in the
-    #: executor time they leave (:class:`~airflow_iqp.planning.models.Busy`): joint
-    #: planning, instead of ``ahead``'s fixed reservation after the window's end.
+    # The settings below are the typed options' (airflow_iqp.options), flattened by their
+    # ``query_config()``; each is documented there, with its default, once.
+    units: int | None = _ARRIVAL.units            #: Arrival.units (None: estimated, checked at every batch)
+    rate: float | None = _ARRIVAL.rate            #: Arrival.rate
+    profile: str = _ARRIVAL.profile               #: Arrival.profile
+    arrival: str = "hint"                         #: "hint", or "observed" (Arrival.observed)
+    grace: float = _ARRIVAL.grace                 #: Arrival.grace
+    late: str = _ARRIVAL.late                     #: Arrival.late
+    lateness: float = _ARRIVAL.lateness           #: Arrival.lateness
+    cost_hint: dict = field(default_factory=lambda: dict(_PLAN.cost_hint))            #: Cut.cost_hint
+    final_agg_hint: dict = field(default_factory=lambda: dict(_PLAN.final_agg_hint))  #: Cut.final_agg_hint
+    cost_scale: float = _PLAN.cost_scale          #: Cut.cost_scale (:func:`scaled`)
+    #: "plan" (Algorithm1), "dynamic" (MinBatches, section 4), or "one_batch" (OneBatch)
+    mode: str = _PLAN.mode
+    margin: float = _PLAN.margin                  #: Algorithm1.margin
+    ahead: float = _PLAN.ahead                    #: Algorithm1.ahead
+    #: Algorithm1.shares: query id -> its deadline, seconds after the window's end
+    #: (joint planning in the executor time the queries due earlier leave).
     shares: dict = field(default_factory=dict)
-    #: Seconds after the window's end that the last batch still waits for units to land:
-    #: it takes everything present at the window's end plus this.
-    grace: float = 0.0
-    #: Units that land after the last claim: "record" them (``late.json``, the result marked
-    #: partial), or "merge" them too: the next window's run merges them into this window's
-    #: result, ``lateness`` seconds after its end plus ``grace``, as a new revision.
-    late: str = "record"
-    lateness: float = 0.0
+    rsf: float = _MIN.rsf                         #: MinBatches.rsf
+    c_max: float | None = _MIN.c_max              #: MinBatches.c_max
+    max_batches: int = _MIN.max_batches           #: MinBatches.max_batches
+    backend: str = _BACKEND.name                  #: SparkSubmit.name or SparkConnect.name
+    fuse_tail: bool = _BACKEND.fuse_tail          #: Backend.fuse_tail
+    dispatch: float = _BACKEND.dispatch           #: Backend.dispatch
 
     def __post_init__(self):
         if self.units is not None and (not isinstance(self.units, int) or self.units < 1):
