@@ -214,21 +214,29 @@ class Cluster:
         return time.monotonic() - t0
 
     def processes(self) -> list[dict]:
-        """Every live process started for this cluster's Airflow (found by its ``AIRFLOW_HOME``):
-        ``{"pid", "ppid", "cmdline"}``; task processes, spark-submit JVMs and Python drivers among them."""
+        """Every live process started for this cluster's Airflow: ``{"pid", "ppid", "cmdline"}``;
+        task processes, spark-submit JVMs and Python drivers among them. Found by their
+        ``AIRFLOW_HOME``, or, for a task process (``airflow worker -- <ti id>``), by its
+        parent: the title the task runner gives it overwrites the memory that
+        ``/proc/<pid>/environ`` reads, so it no longer shows its ``AIRFLOW_HOME``."""
         home = str(self.airflow.home) if self.airflow else None
-        out = []
+        if not home:
+            return []
+        found, tasks = {}, []
         for pid in _pids():
             if pid == os.getpid() or not _alive(pid):
                 continue
-            if home and _proc_env(pid).get("AIRFLOW_HOME") == home:
-                try:
-                    stat = Path(f"/proc/{pid}/stat").read_text()
-                    ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-                except (OSError, ValueError):
-                    continue
-                out.append({"pid": pid, "ppid": ppid, "cmdline": _cmdline(pid)})
-        return out
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            except (OSError, ValueError):
+                continue
+            entry = {"pid": pid, "ppid": ppid, "cmdline": _cmdline(pid)}
+            if _proc_env(pid).get("AIRFLOW_HOME") == home:
+                found[pid] = entry
+            elif entry["cmdline"].startswith("airflow worker -- "):
+                tasks.append(entry)
+        return list(found.values()) + [t for t in tasks if t["ppid"] in found]
 
     def spark_submit_pids(self) -> list[int]:
         """The driver JVMs of the spark-submits that Airflow tasks of this cluster run now."""

@@ -13,7 +13,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from iqp_dev.procs import alive as _alive
@@ -47,24 +46,6 @@ def ti_of(run, dag: str, task_id: str, map_index: int = -1) -> dict | None:
 def claim_text(run, dag: str, index: int) -> str | None:
     path = run.window(dag).claim_path(index)
     return path.read_text() if path.is_file() else None
-
-
-def task_pids(ti_id: str) -> list[int]:
-    """The task process of a task instance: ``airflow worker -- <ti id>`` (its title, set by
-    the task runner). Found by its command line alone: the title overwrites the memory that
-    ``/proc/<pid>/environ`` reads, so the process no longer shows its ``AIRFLOW_HOME``
-    (``Cluster.task_pids`` filters on it, and misses it)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").split()
-        except OSError:
-            continue
-        if cmd[:3] == ["airflow", "worker", "--"] and cmd[3:4] == [ti_id] and _alive(int(entry.name)):
-            out.append(int(entry.name))
-    return out
 
 
 def _record(run, n: int, **what) -> dict:
@@ -102,7 +83,7 @@ def phase1(run) -> None:
     ti = wait_for(lambda: next((t for t in [ti_of(run, "f_conn", "batch.submit", 0)]
                                 if t and t["state"] == "running"), None), timeout=120, poll=0.3)
     if ti and wait_for(lambda: pausing(run, "f_conn", 1), timeout=60):
-        pids = task_pids(ti["id"])
+        pids = cl.task_pids(ti["id"])
         fault = _record(run, 2, batch=1, ti=ti, pids=pids, claim=claim_text(run, "f_conn", 1))
         for pid in pids:
             cl_kill(pid)
@@ -112,7 +93,7 @@ def phase1(run) -> None:
         _missed(run, 2, "f_conn's batch 1 never paused before its rename")
 
     # 4. the scheduler, between f_conn's batches 2 and 3, with no task running (or, if that moment
-    # never comes, 20 s before the window's end), down for 8 s.
+    # never comes, 15 s before the window's end), down for 8 s.
     ws = run.window("f_conn")
     spec = run.specs["f_conn"]
     wait_for(lambda: ws.metrics_path(1).is_file() and ws.metrics_path(2).is_file() and not cl.task_pids(),
