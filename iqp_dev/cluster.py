@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -107,6 +108,10 @@ def _port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.5)
         return s.connect_ex(("127.0.0.1", int(port))) == 0
+
+
+#: A task process's title, set by Airflow's task runner: ``airflow worker -- <task instance id>``.
+TASK_TITLE = re.compile(r"airflow worker -- [0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _pids() -> list[int]:
@@ -216,27 +221,25 @@ class Cluster:
     def processes(self) -> list[dict]:
         """Every live process started for this cluster's Airflow: ``{"pid", "ppid", "cmdline"}``;
         task processes, spark-submit JVMs and Python drivers among them. Found by their
-        ``AIRFLOW_HOME``, or, for a task process (``airflow worker -- <ti id>``), by its
-        parent: the title the task runner gives it overwrites the memory that
-        ``/proc/<pid>/environ`` reads, so it no longer shows its ``AIRFLOW_HOME``."""
+        ``AIRFLOW_HOME``, or by descent from one that has it: a process title (``airflow
+        worker -- <ti id>``, set by the task runner) overwrites the memory that
+        ``/proc/<pid>/environ`` reads."""
         home = str(self.airflow.home) if self.airflow else None
         if not home:
             return []
-        found, tasks = {}, []
+        every = {}
         for pid in _pids():
             if pid == os.getpid() or not _alive(pid):
                 continue
             try:
                 stat = Path(f"/proc/{pid}/stat").read_text()
-                ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+                every[pid] = {"pid": pid, "ppid": int(stat[stat.rindex(")") + 2:].split()[1]), "cmdline": _cmdline(pid)}
             except (OSError, ValueError):
                 continue
-            entry = {"pid": pid, "ppid": ppid, "cmdline": _cmdline(pid)}
-            if _proc_env(pid).get("AIRFLOW_HOME") == home:
-                found[pid] = entry
-            elif entry["cmdline"].startswith("airflow worker -- "):
-                tasks.append(entry)
-        return list(found.values()) + [t for t in tasks if t["ppid"] in found]
+        found = {pid for pid in every if _proc_env(pid).get("AIRFLOW_HOME") == home}
+        while grown := {pid for pid, e in every.items() if e["ppid"] in found} - found:
+            found |= grown
+        return [every[pid] for pid in sorted(found)]
 
     def spark_submit_pids(self) -> list[int]:
         """The driver JVMs of the spark-submits that Airflow tasks of this cluster run now."""
@@ -245,8 +248,9 @@ class Cluster:
 
     def task_pids(self, ti_id: str | None = None) -> list[int]:
         """The task processes (``airflow worker -- <ti id>``) now running, or the one of a TI
-        (the REST API's task instance ``id``)."""
-        return [p["pid"] for p in self.processes() if p["cmdline"].startswith("airflow worker -- ")
+        (the REST API's task instance ``id``). The LocalExecutor's own worker processes
+        (``airflow worker -- LocalExecutor: <idle>``) are not task processes."""
+        return [p["pid"] for p in self.processes() if TASK_TITLE.fullmatch(p["cmdline"])
                 and (ti_id is None or p["cmdline"].split()[-1] == ti_id)]
 
     def executor_pids(self) -> list[int]:
