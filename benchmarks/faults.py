@@ -17,6 +17,7 @@ provider handles the fault in the batch that meets it (7 to 10), none for 11.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -56,10 +57,12 @@ def markdown(rows: list[dict], meta: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=str(RESULTS / "faults"), help="path without suffix of the .json and .md")
+    parser.add_argument("--keep", metavar="DIR", help="run under DIR and keep it: the cluster's process logs, "
+                                                      "the DAGs' landing and state directories")
     args = parser.parse_args(argv)
     t0 = time.time()
-    with tempfile.TemporaryDirectory(prefix="iqp-faults-") as tmp:
-        run = run_faults(Path(tmp))
+    with (contextlib.nullcontext(args.keep) if args.keep else tempfile.TemporaryDirectory(prefix="iqp-faults-")) as tmp:
+        run = run_faults(Path(tmp), keep=bool(args.keep))
         verdicts = [verdict(run, n) for n in sorted(NAMES)]
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False).stdout.strip()
