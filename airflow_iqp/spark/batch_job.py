@@ -65,6 +65,19 @@ def _fixed_root(path: str) -> str:
     return path if cut < 0 else path[:cut].rsplit("/", 1)[0]
 
 
+def _window_claimed(manifest_path: Path) -> list[str]:
+    """The files the window's batches claimed (this one's among them), in batch order: where
+    a stream's columns are taken from (:func:`~airflow_iqp.spark.steps.inspect_files`)."""
+    from airflow_iqp.errors import ConfigError
+    from airflow_iqp.state import WindowState, read_claims
+
+    try:
+        claims = read_claims(WindowState.from_claim_path(manifest_path))
+    except ConfigError:  # a claim outside a window's state directory
+        return []
+    return [f for b in sorted(claims) for f in claims[b].get("files", [])]
+
+
 def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static_dir: str | None,
                   output: str | os.PathLike, *, state_dir: str | os.PathLike | None = None,
                   history: bool = True, backend: str | None = None) -> dict:
@@ -94,7 +107,8 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
     _check_manifest(manifest, saved)
     _remove_stale_temps(output)
     with StepMeter(spark) as meter:
-        inspection = inspect_files(files, saved, schema_dir(state_dir, query.id) if state_dir else None)
+        inspection = inspect_files(files, saved, schema_dir(state_dir, query.id) if state_dir else None,
+                                   claimed=_window_claimed(manifest_path))
         infos = inspection.infos
         df = run_batch(spark, saved, files, static_dir, inspection=inspection)
         write_atomic(df, output, before_rename=_pause_hook)

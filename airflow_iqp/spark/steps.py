@@ -47,32 +47,53 @@ def _is_tpch(stream: Stream) -> bool:
 SCHEMA_RECORD = "schema"
 
 
-def expected_columns(stream: Stream, first_file: str, record_dir: str | os.PathLike | None = None) -> dict[str, str]:
+def expected_columns(stream: Stream, files: str | Sequence[str],
+                     record_dir: str | os.PathLike | None = None) -> dict[str, str]:
     """The columns (name -> Spark type) every unit file of ``stream`` must have.
 
-    Declared (``stream.schema``), TPC-H's, or taken from the first unit: with
-    ``record_dir`` (``STATE/<query>/schema``) the first batch that needs it takes it from
-    its first file and records it in ``<stream>.json``, and every later batch and window
-    checks against that record, so all partials agree on their columns' types.
+    Declared (``stream.schema``), TPC-H's, or taken from a unit: the first of ``files``
+    (the window's claimed files in batch order, then the batch's own) that can be read;
+    a corrupt file is skipped, for the file check to name it. With ``record_dir``
+    (``STATE/<query>/schema``) the first batch that needs it takes it so and records it in
+    ``<stream>.json``, and every later batch and window checks against that record, so
+    all partials agree on their columns' types.
     """
     if _is_tpch(stream):
         return dict(SCHEMAS[stream.name])
     if stream.schema:
         return ddl_columns(stream.schema)
-    if record_dir is None or not _is_local(first_file):
-        return file_schema(_local(first_file), stream.format)
+    files = [files] if isinstance(files, str) else list(files)
+    if record_dir is None or not all(_is_local(f) for f in files):
+        return _first_schema(stream, files)
     from airflow_iqp.state import read_json
 
     path = Path(record_dir) / f"{stream.name}.json"
     if not path.is_file():
-        columns = file_schema(_local(first_file), stream.format)
+        columns, taken_from = _first_schema(stream, files, with_file=True)
         try:  # the first writer wins; a batch that lost the race reads the winner's
             with os.fdopen(open_private(path), "w") as fh:
-                json.dump({"columns": columns, "taken_from": first_file}, fh)
+                json.dump({"columns": columns, "taken_from": taken_from}, fh)
             return columns
         except FileExistsError:
             pass
     return dict(read_json(path)["columns"])
+
+
+def _first_schema(stream: Stream, files: Sequence[str], with_file: bool = False):
+    """The columns of the first of ``files`` that can be read (and that file); if none can,
+    the first one's error."""
+    first_error = None
+    for f in files:
+        try:
+            columns = file_schema(_local(f), stream.format)
+        except ConfigError as exc:
+            first_error = first_error or exc
+            continue
+        return (columns, f) if with_file else columns
+    if first_error is None:
+        raise ConfigError(f"stream {stream.name}: no file to take its columns from; declare them "
+                          f"(Stream(schema=...))", field="schema")
+    raise first_error
 
 
 def check_input_file(path: str, stream: Stream, columns: Mapping[str, str] | None = None) -> FileInfo:
@@ -174,15 +195,24 @@ def unit_of(path: str, stream: Stream) -> str:
     return os.path.basename(os.path.dirname(p)) if stream.unit == "dir" else os.path.basename(p)
 
 
-def inspect_files(files: Sequence[str], saved: Saved, record_dir: str | os.PathLike | None = None) -> Inspection:
+def inspect_files(files: Sequence[str], saved: Saved, record_dir: str | os.PathLike | None = None,
+                  claimed: Sequence[str] = ()) -> Inspection:
     """Check a batch's files (those of the streams its query reads). A bad file fails the batch
     (``on_bad_unit="fail"``, a :class:`DataError` naming it) or takes its whole unit out of the
-    batch (``"quarantine"``: each such unit with the file and the reason)."""
+    batch (``"quarantine"``: each such unit with the file and the reason).
+
+    ``claimed``: the files the window's batches claimed, in batch order. A stream whose
+    columns are neither declared nor recorded yet takes them from the first readable of
+    those, then of the batch's own (:func:`expected_columns`): whichever batch runs first,
+    the window's first good unit sets them, not a bad unit that happens to lead a batch."""
     read = [f for f in files if stream_of(f, saved.streams).name in saved.query.streams]
-    firsts: dict[str, str] = {}
-    for f in read:
-        firsts.setdefault(stream_of(f, saved.streams).name, f)
-    columns = {name: expected_columns(saved.stream(name), first, record_dir) for name, first in firsts.items()}
+    candidates: dict[str, list[str]] = {}
+    for f in [*claimed, *read]:
+        stream = stream_of(f, saved.streams).name
+        if stream in saved.query.streams and f not in candidates.setdefault(stream, []):
+            candidates[stream].append(f)
+    names = {stream_of(f, saved.streams).name for f in read}
+    columns = {name: expected_columns(saved.stream(name), candidates[name], record_dir) for name in sorted(names)}
     infos, bad = [], {}
     for f in read:
         stream = stream_of(f, saved.streams)
