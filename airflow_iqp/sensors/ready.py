@@ -26,6 +26,8 @@ from airflow_iqp.window.readiness import batch_ready, claim_batch, tail_started
 #: the trigger fires by then on its own, so only a triggerer that was not running it gets
 #: here, and the window's result is late anyway.
 DEFER_MARGIN_S = 600.0
+#: Retries of a batch's wait by default (see ``BatchReadySensor.__init__``).
+SENSOR_RETRIES = 2
 
 
 class BatchReadySensor(BaseSensorOperator):
@@ -69,6 +71,13 @@ class BatchReadySensor(BaseSensorOperator):
     def __init__(self, *, batch: Any, poll_interval: float | None = None, deferrable: bool = True,
                  claim: bool = True, defer_margin: float = DEFER_MARGIN_S, **kwargs):
         kwargs.setdefault("mode", "reschedule")
+        # Retries for what is not the wait's own verdict: Airflow 3.3's scheduler can fail a
+        # sensor whose trigger fired before the executor reported its deferral (the "finished
+        # with state success, but the task instance's state attribute is queued" race), and
+        # kill the resumed task. A retry checks again and re-reads its claim; a permanent
+        # error or a timeout still fails at once (AirflowFailException, AirflowSensorTimeout).
+        kwargs.setdefault("retries", SENSOR_RETRIES)
+        kwargs.setdefault("retry_delay", timedelta(seconds=2))
         super().__init__(**kwargs)
         self.batch = batch
         self.poll_interval = poll_interval

@@ -156,3 +156,16 @@ def test_poke_says_whether_the_batch_may_start(tmp_path):
     assert wait.poke(context()) is False
     land(batch, 1)
     assert wait.poke(context()) is True
+
+
+def test_a_wait_killed_after_its_trigger_claimed_is_retried_and_rereads_the_claim(tmp_path):
+    """Airflow's scheduler may fail a resumed wait whose trigger fired before the executor
+    reported the deferral; the wait has retries, and the retry returns the same claim."""
+    assert BatchReadySensor(task_id="wait", batch={}).retries >= 1
+    batch = file_batch(tmp_path)
+    land(batch, 0, 1)
+    claimed = claim_units(batch.window_state(), 1, ["000000.csv", "000001.csv"], [])  # the trigger fired
+    land(batch, 2)  # lands after the claim: the next batch's
+    retry = {"ti": SimpleNamespace(task_id="wait", map_index=0, try_number=2)}
+    out = sensor(batch).execute(retry)
+    assert out["manifest"] == claimed and read_json(batch.window_state().claim_path(1)) == claimed
