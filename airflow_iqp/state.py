@@ -221,6 +221,11 @@ def read_claims(ws: WindowState) -> dict[int, dict]:
     return dict(sorted(out.items()))
 
 
+def claimed_files(ws: WindowState) -> list[str]:
+    """Every file the window's batches have claimed, in batch order."""
+    return [f for claim in read_claims(ws).values() for f in claim.get("files", [])]
+
+
 SEEN = "seen.json"
 
 

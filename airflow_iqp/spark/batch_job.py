@@ -69,13 +69,12 @@ def _window_claimed(manifest_path: Path) -> list[str]:
     """The files the window's batches claimed (this one's among them), in batch order: where
     a stream's columns are taken from (:func:`~airflow_iqp.spark.steps.inspect_files`)."""
     from airflow_iqp.errors import ConfigError
-    from airflow_iqp.state import WindowState, read_claims
+    from airflow_iqp.state import WindowState, claimed_files
 
     try:
-        claims = read_claims(WindowState.from_claim_path(manifest_path))
+        return claimed_files(WindowState.from_claim_path(manifest_path))
     except ConfigError:  # a claim outside a window's state directory
         return []
-    return [f for b in sorted(claims) for f in claims[b].get("files", [])]
 
 
 def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static_dir: str | None,

@@ -263,7 +263,7 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
     """
     from airflow_iqp.query.store import load_query, schema_dir
     from airflow_iqp.spark.steps import inspect_files, run_batch
-    from airflow_iqp.state import read_claims, read_json
+    from airflow_iqp.state import claimed_files, read_json
 
     window_dir = Path(window_dir).absolute()
     ws = _window_state(window_dir)
@@ -273,9 +273,7 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
     tail, bad = None, []
     if pending:
         saved = load_query(query_id, ws.state_dir)
-        claims = read_claims(ws)
-        claimed = [f for b in sorted(claims) for f in claims[b].get("files", [])]
-        inspection = inspect_files(files, saved, schema_dir(ws.state_dir, query_id), claimed=claimed)
+        inspection = inspect_files(files, saved, schema_dir(ws.state_dir, query_id), claimed=claimed_files(ws))
         tail, bad = (tail_batch, run_batch(spark, saved, files, static_dir, inspection=inspection)), inspection.quarantined
     return execute_final(spark, query_id, window_dir, history=history, tail=tail, written=written, quarantined=bad)
 

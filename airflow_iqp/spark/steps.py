@@ -206,13 +206,11 @@ def inspect_files(files: Sequence[str], saved: Saved, record_dir: str | os.PathL
     those, then of the batch's own (:func:`expected_columns`): whichever batch runs first,
     the window's first good unit sets them, not a bad unit that happens to lead a batch."""
     read = [f for f in files if stream_of(f, saved.streams).name in saved.query.streams]
-    candidates: dict[str, list[str]] = {}
+    candidates: dict[str, dict[str, None]] = {}  # per stream, its files in order, each once
     for f in [*claimed, *read]:
-        stream = stream_of(f, saved.streams).name
-        if stream in saved.query.streams and f not in candidates.setdefault(stream, []):
-            candidates[stream].append(f)
+        candidates.setdefault(stream_of(f, saved.streams).name, {})[f] = None
     names = {stream_of(f, saved.streams).name for f in read}
-    columns = {name: expected_columns(saved.stream(name), candidates[name], record_dir) for name in sorted(names)}
+    columns = {name: expected_columns(saved.stream(name), list(candidates[name]), record_dir) for name in sorted(names)}
     infos, bad = [], {}
     for f in read:
         stream = stream_of(f, saved.streams)
