@@ -65,6 +65,27 @@ def show_types(sql: str) -> str:
                           else f"<AVG type for {m.group(2)}>", sql)
 
 
+def lazy_sql(spark, text: str, **frames):
+    """``spark.sql(text, **frames)``, without its round trip on Spark Connect.
+
+    A Connect client's ``spark.sql`` sends the statement to the server at once, to be
+    analysed there: one round trip per step, and a fused tail's steps (its batch, the
+    merge, the finish) would take three before the one job that writes the result. Here the
+    statement is a relation of the plan, as ``spark.sql`` builds it when the server returns
+    no result for a command, and it is analysed with the job: an error in it surfaces there.
+    A classic session's ``spark.sql`` is local and is used as it is.
+    """
+    if type(spark).__module__ != "pyspark.sql.connect.session":
+        return spark.sql(text, **frames)
+    from pyspark.sql.connect.dataframe import DataFrame
+    from pyspark.sql.connect.plan import SQL, SubqueryAlias
+    from pyspark.sql.connect.sql_formatter import SQLStringFormatter
+
+    formatter = SQLStringFormatter(spark)
+    text = formatter.format(text, **frames)
+    return DataFrame(SQL(text, [], {}, [SubqueryAlias(df._plan, name) for df, name in formatter._temp_views]), spark)
+
+
 @dataclass(frozen=True)
 class Query:
     """One recurring query.
@@ -127,17 +148,22 @@ class Query:
             raise ConfigError(f"query {self.id}: no DataFrame for table(s) {', '.join(missing)}", field="tables")
         if self.partial is not None:
             return self.partial({t: tables[t] for t in self.tables})
-        return spark.sql(self.partial_sql, **{t: tables[t] for t in self.tables})
+        return lazy_sql(spark, self.partial_sql, **{t: tables[t] for t in self.tables})
 
-    def compute_final(self, spark, partials):
-        """The window's result, a DataFrame, from the union of all partials."""
+    def compute_final(self, spark, partials, schema=None):
+        """The window's result, a DataFrame, from the union of all partials.
+
+        ``schema``: the partials' columns, when the caller has them already (a fused tail's
+        written partials, read ahead); else the merge's types are asked of ``partials``.
+        """
         if self.final is not None:
             return self.final(partials)
         merge = self.merge_sql
         if _TYPE_MARK.search(merge):
-            merge = resolve_types(merge, {f.name: f.dataType.simpleString() for f in partials.schema.fields})
-        merged = spark.sql(merge, partials=partials)
-        return spark.sql(self.finish_sql, merged=merged)
+            fields = (schema or partials.schema).fields
+            merge = resolve_types(merge, {f.name: f.dataType.simpleString() for f in fields})
+        merged = lazy_sql(spark, merge, partials=partials)
+        return lazy_sql(spark, self.finish_sql, merged=merged)
 
     # ----------------------------------------------------------------- JSON
 

@@ -293,8 +293,9 @@ def run_final(spark, query: Saved | Query | str, partials, also=None):
     ``also``, a partial not written (a DataFrame from :func:`run_batch`), merged with them.
     """
     query = as_saved(query).query
-    if not isinstance(partials, (list, tuple)):
-        return query.compute_final(spark, partials if also is None else partials.unionByName(also))
+    if not isinstance(partials, (list, tuple)):  # read ahead: its schema is known, and the tail's is the same
+        return query.compute_final(spark, partials if also is None else partials.unionByName(also),
+                                   schema=partials.schema)
     if not partials and also is None:
         raise ConfigError(f"query {query.id}: no partial results to merge", field="partials")
     paths = [str(p) for p in partials]
