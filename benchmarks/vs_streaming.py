@@ -498,12 +498,13 @@ def start_server(ctx) -> None:
     warm_server(ctx)  # before the calibration and D, which are a warm server's
 
 
-def calibrate_queries(ctx, backends, hist: Path, *, few_sizes: bool | None = None) -> None:
+def calibrate_queries(ctx, backends, hist: Path, *, few_sizes: bool | None = None,
+                      sizes: list[int] | None = None) -> None:
     """Each query's calibrated fits on ``backends``, in ``hist`` (what the DAGs plan with).
 
-    On Connect, ``few_sizes`` (default: with several queries) calibrates four batch sizes
-    spanning the window, to keep the preparation of many queries within its time; otherwise
-    the default sizes (1, 2, 5, ... 50, rest)."""
+    On Connect: ``sizes`` if given; else ``few_sizes`` (default: with several queries)
+    calibrates four batch sizes spanning the window, to keep the preparation of many
+    queries within its time; otherwise the default sizes (1, 2, 5, ... 50, rest)."""
     n = ctx["units"]
     if few_sizes is None:
         few_sizes = len(ctx["queries"]) > 1
@@ -511,9 +512,10 @@ def calibrate_queries(ctx, backends, hist: Path, *, few_sizes: bool | None = Non
         if "spark-submit" in backends:
             calibrate(q, ctx["data"], backend="submit", state_dir=hist, sizes=[1, n - 1], final_counts=[1, 2])
         if "spark-connect" in backends:
-            few = [1, 10, n // 3, n - 11 - n // 3] if few_sizes else None
+            few = [1, 10, n // 3, n - 11 - n // 3] if few_sizes and not sizes else None
             calibrate(q, ctx["data"], backend="connect", state_dir=hist, url=ctx["server"]["url"],
-                      server_pid=ctx["server"]["pid"], sizes=few, final_counts=None if few is None else [1, 2, 4])
+                      server_pid=ctx["server"]["pid"], sizes=sizes or few,
+                      final_counts=None if few is None else [1, 2, 4])
     ctx["history"] = hist / "cost_history.jsonl"
 
 

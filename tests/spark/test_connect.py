@@ -206,3 +206,34 @@ def test_a_users_sql_and_pyspark_functions_run_on_the_connect_server(server, eve
         assert_same_rows(got, ref, ordered=False, label="functions on Connect")
     finally:
         spark.stop()
+
+
+def test_a_fused_tail_sends_the_server_one_request_its_write(server, tpch_dir, units, tmp_path, monkeypatch):
+    """After the window's end a fused tail's steps (its batch, the merge with its types, the
+    finish) are one plan: the write is the only request to the server, and the result is
+    DuckDB's. Q10 joins two streams with static tables and merges with typed sums."""
+    from airflow_iqp.query.catalogue import get_query
+    from airflow_iqp.spark.final_job import execute_tail, read_written
+
+    spark = connect_session(server["url"])
+    try:
+        query, ws = get_query("q10"), WindowState(tmp_path, "q10", "w0")
+        cuts = [units[:3], units[3:5], units[5:]]
+        for b, chunk in enumerate(cuts):
+            claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
+        for b in (0, 1):
+            execute_batch(spark, "q10", ws.claim_path(b), str(tpch_dir / "static"), ws.partial_path(b))
+        written = read_written(spark, ws.root)  # while the tail waits for its last units
+        requests = []
+        for name in ("_execute_and_fetch_as_iterator", "_analyze"):
+            real = getattr(spark.client, name)
+            monkeypatch.setattr(spark.client, name,
+                                lambda *a, _real=real, _name=name, **k: requests.append(_name) or _real(*a, **k))
+        manifest = execute_tail(spark, "q10", ws.root, 2, str(tpch_dir / "static"), written=written)
+        monkeypatch.undo()
+        assert requests == ["_execute_and_fetch_as_iterator"]
+        assert manifest["batches"] == [0, 1, 2] and len(manifest["units"]) == len(units)
+        _cols, ref = duckdb_reference("q10", units, tpch_dir / "static")
+        assert_same_rows(_rows(ws.result_dir), ref, ordered=True, label="q10's fused tail on Connect")
+    finally:
+        spark.stop()
