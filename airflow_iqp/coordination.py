@@ -59,7 +59,7 @@ def coming(entries: list[Batch], now: float, cost: float) -> list[Planned]:
 
 @contextmanager
 def cluster_turn(batch: Batch, slots: int, poll: float = TAIL_POLL_S, sleep: Any = time.sleep, *,
-                 planned: float | None = None):
+                 planned: float | None = None, until: float | None = None):
     """Run the enclosed Spark work when the batch's turn comes: at most ``slots`` batches at
     once across the queries of one state directory, the earliest deadline first (EDF).
 
@@ -76,10 +76,11 @@ def cluster_turn(batch: Batch, slots: int, poll: float = TAIL_POLL_S, sleep: Any
     being before its latest start (in a tight plan that is its ready time, and the cluster
     would idle). ``planned``: the planned seconds the enclosed work holds the cluster
     (default the batch's cost; a fused tail's last batch holds it through the merge too,
-    its ``remaining_cost``).
+    its ``remaining_cost``). ``until``: a time after which the work is no longer wanted; the
+    context then yields False without the turn (else True, once it has it).
     """
     if slots <= 0:
-        yield
+        yield True
         return
     import fcntl
 
@@ -124,8 +125,10 @@ def cluster_turn(batch: Batch, slots: int, poll: float = TAIL_POLL_S, sleep: Any
             finally:
                 os.close(lock)
             if run_fd is None:
+                if until is not None and time.time() >= until:
+                    break
                 sleep(poll * (BEHIND_POLL_FACTOR if ahead else 1))
-        yield
+        yield run_fd is not None
     finally:
         if run_fd is not None:
             (running / name).unlink(missing_ok=True)

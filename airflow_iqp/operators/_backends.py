@@ -73,7 +73,7 @@ class _SubmitStrategy(_Strategy):
         args = [query, window_dir]
         if tail is not None:
             # The job waits for the last batch's input, claims it and takes its turn in its
-            # driver, with the JVM already up (final_job.run_tail).
+            # driver, with the JVM already up (spark.tail.run_tail).
             args += ["--tail", json.dumps(tail.to_dict()), "--tail-slots", str(tail_slots)]
         if late is not None:  # the earlier window's late batch, merged as a new revision
             args += ["--late", str(late)]
@@ -103,7 +103,8 @@ class _ConnectStrategy(_Strategy):
 
     def run_final(self, query: str, window_dir: str, *, tail: Batch | None, tail_slots: int,
                   late: int | None, app_name: str) -> None:
-        from airflow_iqp.spark.final_job import execute_final, execute_late, run_tail
+        from airflow_iqp.spark.final_job import execute_final, execute_late
+        from airflow_iqp.spark.tail import run_tail
 
         with self._hook().session(app_name) as spark:
             if late is not None:

@@ -14,7 +14,11 @@ With ``--tail`` (a fused tail: the plan's tail, the last batch's entry with the 
 ready after the task starts) the application starts before the window's end, warms its
 session, runs those batches as each becomes ready, waits for the last batch's input,
 claims it, waits for its turn (``--tail-slots``), and runs it with the merge: after the
-window's end, no JVM start and one Spark application instead of two (:func:`run_tail`).
+window's end, no JVM start and one Spark application instead of two
+(:func:`airflow_iqp.spark.tail.run_tail`).
+While there is time before the window's end it rehearses that last step once on a unit
+already claimed, so that the session's code for it is warm (``tail.rehearse_tail``). A
+small result is collected and written by this process (``steps.write_result``).
 
 With ``--late BATCH`` (late data, merged) it computes the claimed late batch, and any claimed
 batch whose partial was never written, and writes the result again as a new revision
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -101,27 +106,6 @@ def _written_dirs(window_dir: str | os.PathLike) -> dict[str, tuple[int, int]]:
     return out
 
 
-def read_written(spark, window_dir: str | os.PathLike, earlier: dict | None = None) -> dict | None:
-    """The partials of a window written by now, read and their schema resolved ahead of the
-    merge: ``{"dirs": _written_dirs(), "df": DataFrame}``, None if there are none, or
-    ``earlier`` if they have not changed since it was read.
-
-    A fused tail reads them while it waits for the window's last units, so that after the
-    window's end, where a tight deadline leaves tenths of a second, the merge does not
-    resolve them again: on a warm Connect server that halves the time to build the merge's
-    DataFrame (about 0.05 s instead of 0.11 s for CQ3).
-    :func:`execute_final` uses it only if the window's partials are still those.
-    """
-    dirs = _written_dirs(window_dir)
-    if earlier is not None and earlier["dirs"] == dirs:
-        return earlier
-    if not dirs:
-        return None
-    df = spark.read.parquet(*dirs)
-    df.schema  # noqa: B018  (resolves the files' schema now, not after the window's end)
-    return {"dirs": dirs, "df": df}
-
-
 def _ahead_or_paths(written: dict | None, window_dir: str | os.PathLike, paths: list[str]):
     """``written["df"]`` if it read exactly ``paths`` and none was written again since, else ``paths``."""
     if written is None or sorted(written["dirs"]) != sorted(paths) or _written_dirs(window_dir) != written["dirs"]:
@@ -129,14 +113,42 @@ def _ahead_or_paths(written: dict | None, window_dir: str | os.PathLike, paths: 
     return written["df"]
 
 
+def merge_rows_estimate(ws, partials: list[str], tail_rows_in: int | None = None, *,
+                        tail: bool = False) -> int | None:
+    """The rows a window's merge reads, estimated before it runs: the written ``partials``'
+    rows (their metrics, else their footers), plus, for a fused tail's unwritten partial
+    (``tail``), its ``tail_rows_in`` input rows times the largest ratio of partial rows to
+    input rows among the written batches, or those input rows themselves when no batch is
+    written. None when a tail's input rows are unknown (files on an object store are not
+    inspected). A result has no more rows than its merge reads:
+    :func:`~airflow_iqp.spark.steps.write_result` collects a small one."""
+    from airflow_iqp.spark.steps import parquet_rows
+    from airflow_iqp.state import batch_of
+
+    if tail and tail_rows_in is None:
+        return None
+    rows, ratio = 0, None
+    for p in partials:
+        m = _metrics(ws, batch_of(p))
+        out = m.get("rows_out")
+        rows += (parquet_rows(p) or 0) if out is None else out
+        if out is not None and m.get("rows_in"):
+            ratio = max(ratio or 0.0, out / m["rows_in"])
+    if tail:
+        rows += tail_rows_in if ratio is None else round(tail_rows_in * ratio)
+    return rows
+
+
 def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect_units: int | None = None,
                   history: bool = True, backend: str | None = None, tail: tuple[int, object] | None = None,
-                  written: dict | None = None, quarantined: list[dict] | None = None) -> dict:
+                  written: dict | None = None, quarantined: list[dict] | None = None,
+                  tail_rows_in: int | None = None) -> dict:
     """Merge a window's partials into its result; return the result manifest.
 
     ``tail``: ``(batch, partial DataFrame)`` of a claimed batch whose partial is not written
-    yet (a fused tail's): it is merged with the written ones in the same Spark job.
-    ``written``: those written ones as read ahead by :func:`read_written` (used with a
+    yet (a fused tail's): it is merged with the written ones in the same Spark job;
+    ``tail_rows_in``, its input rows, if known (for :func:`merge_rows_estimate`).
+    ``written``: those written ones as read ahead by ``tail.read_written`` (used with a
     ``tail`` only, and only if they are still the window's partials). ``quarantined``:
     the tail batch's quarantined units; the written batches' are in their metrics. The
     manifest lists them all, and the result is partial if there are any.
@@ -144,7 +156,7 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
     from airflow_iqp.errors import ConfigError
     from airflow_iqp.spark.jobmetrics import StepMeter, backend_name
     from airflow_iqp.query.store import load_query
-    from airflow_iqp.spark.steps import parquet_rows, run_final, write_atomic
+    from airflow_iqp.spark.steps import parquet_rows, run_final, write_result
     from airflow_iqp.state import append_cost_history, atomic_write_json, read_json
 
     window_dir = Path(window_dir).absolute()
@@ -157,15 +169,16 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
     query = saved.query
     cover = check_coverage(ws, expect_units, computing=tail[0] if tail else None)
     backend = backend or backend_name(spark)
+    paths = [p for p in cover["partials"] if not tail or p != str(ws.partial_path(tail[0]))]
+    rows_estimate = merge_rows_estimate(ws, paths, tail_rows_in, tail=bool(tail))
     with StepMeter(spark) as meter:
         if tail:
-            paths = [p for p in cover["partials"] if p != str(ws.partial_path(tail[0]))]
             df = run_final(spark, saved, _ahead_or_paths(written, window_dir, paths), also=tail[1])
-        elif cover["partials"]:
-            df = run_final(spark, saved, cover["partials"])
+        elif paths:
+            df = run_final(spark, saved, paths)
         else:  # an empty window: nothing landed, every batch skipped
             df = run_final(spark, saved, [], also=empty_partial(spark, saved, ws.state_dir))
-        write_atomic(df, ws.result_dir)
+        write_result(df, ws.result_dir, rows_estimate)
     bad = [q for b in cover["batches"] for q in _metrics(ws, b).get("quarantined", [])] + list(quarantined or [])
     manifest = {
         "query": query.id, "window": ws.window_id, "result": str(ws.result_dir),
@@ -248,96 +261,6 @@ def _metrics(ws, batch: int) -> dict:
     return read_json(path) if path.is_file() else {}
 
 
-def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch: int | None,
-                 static_dir: str | None, *, history: bool = True, written: dict | None = None) -> dict:
-    """A fused tail: the last batch and the merge in one Spark job.
-
-    The last batch's partial aggregate is merged with the written partials in the same job
-    that writes the result: after the window's end, nothing is written before the result.
-    The last batch's partial is never written: writing it after the result would compute
-    the batch a second time, on the cluster the next query's turn needs (several seconds of
-    a JVM's work per query on spark-submit). The result manifest covers its units
-    (:func:`check_coverage` with ``computing``). A retry computes it again from the same
-    claim, so no unit is counted twice; a partial found written (by an older version)
-    is merged as any other. ``written``: :func:`read_written`, taken before the claim.
-    """
-    from airflow_iqp.query.store import load_query, schema_dir
-    from airflow_iqp.spark.steps import inspect_files, run_batch
-    from airflow_iqp.state import claimed_files, read_json
-
-    window_dir = Path(window_dir).absolute()
-    ws = _window_state(window_dir)
-    claim = ws.claim_path(tail_batch) if tail_batch is not None else None
-    files = read_json(claim).get("files", []) if claim is not None and claim.is_file() else []
-    pending = bool(files) and not ws.partial_path(tail_batch).is_dir()
-    tail, bad = None, []
-    if pending:
-        saved = load_query(query_id, ws.state_dir)
-        inspection = inspect_files(files, saved, schema_dir(ws.state_dir, query_id), claimed=claimed_files(ws))
-        tail, bad = (tail_batch, run_batch(spark, saved, files, static_dir, inspection=inspection)), inspection.quarantined
-    return execute_final(spark, query_id, window_dir, history=history, tail=tail, written=written, quarantined=bad)
-
-
-def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slots: int = 0, *,
-             history: bool = True) -> dict:
-    """A fused tail in the final task's own session (both backends; the spark-submit job's
-    driver, or the Connect task): the session is open and warm before the last batch's
-    input is complete, so after the window's end only the work is left.
-
-    ``tail`` is the plan's tail (``split_tail``; a ``Batch`` or its JSON form). First each
-    batch ready after the task started (``tail.before``), in order: wait until it may start,
-    as its sensor would, claim, take a turn on the cluster, write its partial; or, once the
-    last batch may claim, leave its units to it (``fold_into_tail``). Then the last
-    batch: wait, reading the written partials as they come (:func:`read_written`), claim,
-    take a turn and run it with the merge (:func:`execute_tail`). Turns: ``slots`` batches
-    of the state directory at once, earliest deadline first; with a gate the turn is its,
-    and the last batch's ``turn_ts`` (``ahead``) does not hold it back as well. A retry
-    re-reads every claim and skips a partial already written.
-    """
-    from airflow_iqp.window.tail import claim_when_ready, fold_into_tail, load, turn
-
-    tail = load(tail)
-    spark.range(1).collect()  # the session's first query pays its set-up: not after the window's end
-    if slots > 0:
-        tail = tail.with_(turn_ts=0.0)
-    for entry in tail.before:
-        if fold_into_tail(entry, tail, time.time()) is not None:
-            print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch",
-                  flush=True)
-            continue
-        _run_batch_in_turn(spark, window_dir, entry, slots, history)
-    ahead = [read_written(spark, window_dir)]
-
-    def sleep(seconds: float) -> None:  # while it waits: read the partials again when they change
-        ahead[0] = read_written(spark, window_dir, ahead[0])
-        time.sleep(seconds)
-
-    claim = claim_when_ready(tail, sleep=sleep)
-    print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
-    # The turn lasts through the merge: the tail holds the cluster until the result is written.
-    with turn(tail, slots, planned=tail.remaining_cost):
-        return execute_tail(spark, query_id, window_dir, tail.index, tail.static or None, history=history,
-                            written=ahead[0])
-
-
-def _run_batch_in_turn(spark, window_dir: str | os.PathLike, entry, slots: int, history: bool) -> None:
-    """One batch of a fused tail before the last: claimed when ready, run in its turn into its partial."""
-    from airflow_iqp.spark.batch_job import execute_planned_batch
-    from airflow_iqp.window.tail import claim_when_ready, turn
-
-    ws = _window_state(Path(window_dir).absolute())
-    claim = claim_when_ready(entry)
-    if not claim["units"]:
-        print(f"airflow-iqp final_job: {entry.label}: nothing to claim", flush=True)
-        return
-    if ws.partial_path(entry.index).is_dir():  # a retry: written by the earlier attempt
-        return
-    with turn(entry, slots):
-        metrics = execute_planned_batch(spark, entry, history=history)
-    print(f"airflow-iqp final_job: {entry.label}: {metrics['units']} units in {metrics['wall_seconds']:.1f} s",
-          flush=True)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="final_job.py", description=__doc__.split("\n")[0])
     parser.add_argument("query")
@@ -359,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.late is not None:
             manifest = execute_late(spark, args.query, args.window_dir, args.late, history=not args.no_history)
         elif args.tail:
+            from airflow_iqp.spark.tail import run_tail
+
             manifest = run_tail(spark, args.query, args.window_dir, args.tail, args.tail_slots,
                                 history=not args.no_history)
         else:

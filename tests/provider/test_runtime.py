@@ -401,6 +401,41 @@ def test_cluster_turn_runs_one_tail_at_a_time_earliest_deadline_first(tmp_path):
         pass
 
 
+def test_cluster_turn_gives_up_at_until_without_the_turn_and_leaves_no_file(tmp_path):
+    """A rehearsal waits for its turn only until it is no longer wanted: the context then
+    yields False, runs nothing on the cluster's account, and leaves the gate as it was."""
+    import threading
+    import time as _time
+
+    from airflow_iqp.coordination import cluster_turn
+
+    def tail(query, deadline):
+        return make_batch(state_dir=str(tmp_path), query=query, window_id="w", index=3, of=3, deadline_ts=deadline)
+
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with cluster_turn(tail("a", 10.0), slots=1, poll=0.01) as got:
+            assert got is True
+            holding.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    assert holding.wait(10)
+    t0 = _time.time()
+    with cluster_turn(tail("b", 20.0), slots=1, poll=0.01, until=t0 + 0.3) as got:
+        assert got is False
+    assert 0.3 <= _time.time() - t0 < 2
+    release.set()
+    t.join(10)
+    with cluster_turn(tail("b", 20.0), slots=1, poll=0.01, until=_time.time() + 5) as got:
+        assert got is True  # the cluster is free: the turn at once
+    assert [p for d in ("waiting", "running") for p in (tmp_path / "_turns" / d).iterdir()] == []
+    with cluster_turn(tail("c", 1.0), slots=0, until=0.0) as got:  # no gate: always its turn
+        assert got is True
+
+
 def test_cluster_turn_leaves_the_cluster_to_a_batch_due_earlier_that_is_about_to_be_ready(tmp_path):
     """A later-deadline batch does not start when another query's batch due earlier (its
     plan.json, same window) will be ready before this one's cost is over and due to start

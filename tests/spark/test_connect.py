@@ -208,12 +208,12 @@ def test_a_users_sql_and_pyspark_functions_run_on_the_connect_server(server, eve
         spark.stop()
 
 
-def test_a_fused_tail_sends_the_server_one_request_its_write(server, tpch_dir, units, tmp_path, monkeypatch):
+def test_a_fused_tail_sends_the_server_one_request_for_its_result(server, tpch_dir, units, tmp_path, monkeypatch):
     """After the window's end a fused tail's steps (its batch, the merge with its types, the
-    finish) are one plan: the write is the only request to the server, and the result is
-    DuckDB's. Q10 joins two streams with static tables and merges with typed sums."""
+    finish) are one plan: fetching its small result is the only request to the server, and
+    the result is DuckDB's. Q10 joins two streams with static tables and merges with typed sums."""
     from airflow_iqp.query.catalogue import get_query
-    from airflow_iqp.spark.final_job import execute_tail, read_written
+    from airflow_iqp.spark.tail import execute_tail, read_written
 
     spark = connect_session(server["url"])
     try:
@@ -232,6 +232,9 @@ def test_a_fused_tail_sends_the_server_one_request_its_write(server, tpch_dir, u
         manifest = execute_tail(spark, "q10", ws.root, 2, str(tpch_dir / "static"), written=written)
         monkeypatch.undo()
         assert requests == ["_execute_and_fetch_as_iterator"]
+        # The small result came back with that one request and was written here, not by a Spark job.
+        part = next(ws.result_dir.glob("part-*.parquet"))
+        assert "parquet-cpp" in pq.ParquetFile(part).metadata.created_by
         assert manifest["batches"] == [0, 1, 2] and len(manifest["units"]) == len(units)
         _cols, ref = duckdb_reference("q10", units, tpch_dir / "static")
         assert_same_rows(_rows(ws.result_dir), ref, ordered=True, label="q10's fused tail on Connect")

@@ -15,7 +15,8 @@ from airflow_iqp.errors import DataError
 from airflow_iqp.query import decompose
 from airflow_iqp.query.store import Saved, save_query
 from airflow_iqp.spark.batch_job import execute_batch
-from airflow_iqp.spark.final_job import execute_final, execute_late, execute_tail
+from airflow_iqp.spark.final_job import execute_final, execute_late
+from airflow_iqp.spark.tail import execute_tail
 from airflow_iqp.state import WindowState, claim_units, read_json
 from airflow_iqp.streams import Stream, files_of, list_units
 

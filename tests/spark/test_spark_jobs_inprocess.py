@@ -89,7 +89,7 @@ def test_retried_batch_leaves_the_result_unchanged(spark, units, tpch_dir, tmp_p
 
 def test_a_fused_tail_merges_its_batch_in_one_job_writes_no_partial_and_a_retry_counts_nothing_twice(
         spark, units, tpch_dir, tmp_path):
-    from airflow_iqp.spark.final_job import execute_tail
+    from airflow_iqp.spark.tail import execute_tail
 
     qid, static = "cq2", str(tpch_dir / "static")
     query = get_query(qid)
@@ -116,7 +116,8 @@ def test_a_fused_tail_merges_the_partials_read_ahead_unless_one_was_written_agai
     """What a fused tail reads while it waits (``read_written``) is read again when a partial
     appears, and the merge uses it only if no partial was written again since (a retried
     batch's new directory): the result is right either way."""
-    from airflow_iqp.spark.final_job import _ahead_or_paths, execute_tail, read_written
+    from airflow_iqp.spark.final_job import _ahead_or_paths
+    from airflow_iqp.spark.tail import execute_tail, read_written
 
     qid, static = "cq3", str(tpch_dir / "static")
     query = get_query(qid)
@@ -150,7 +151,7 @@ def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_u
     import threading
     import time
 
-    from airflow_iqp.spark.final_job import run_tail
+    from airflow_iqp.spark.tail import run_tail
     from airflow_iqp.window.readiness import claim_batch, split_tail
     from tests.batches import make_batch
 
@@ -256,3 +257,110 @@ def test_empty_window_gives_zero_count_or_empty_result(spark, tpch_dir, tmp_path
         assert got == want, qid
         cols, ref = duckdb_reference(qid, [], tpch_dir / "static")
         assert_same_rows(got, ref, ordered=True, label=f"{qid} empty")
+
+
+def _writer(path) -> str:
+    """Who wrote a result's parquet file: Spark (parquet-mr) or Arrow (parquet-cpp)."""
+    files = sorted(p for p in path.iterdir() if p.suffix == ".parquet")
+    return pq.ParquetFile(files[0]).metadata.created_by
+
+
+def test_a_small_result_is_collected_and_reads_back_as_sparks_own_write(spark, tmp_path):
+    """``write_result`` under its row bound writes one Arrow file laid out as Spark's (one
+    part file, ``_SUCCESS``) that Spark and DuckDB read back with Spark's own write's
+    columns, types and rows: decimals, dates, time stamps (INT96), NULLs. Over the bound,
+    or with time stamps both with and without a time zone, Spark writes it."""
+    import duckdb
+
+    from airflow_iqp.spark.steps import COLLECT_MAX_ROWS, write_result
+
+    df = spark.sql("""SELECT * FROM VALUES
+        (1, 'DE', CAST(12.34 AS DECIMAL(15,2)), DATE '1995-03-15', TIMESTAMP '2026-11-25 10:00:00', 0.5),
+        (2, NULL, CAST(-1.00 AS DECIMAL(15,2)), NULL, NULL, NULL)
+        AS t(id, country, revenue, day, hour, share) ORDER BY id""")
+    write_atomic(df, tmp_path / "spark")
+    write_result(df, tmp_path / "arrow", rows_estimate=2)
+    assert "parquet-mr" in _writer(tmp_path / "spark") and "parquet-cpp" in _writer(tmp_path / "arrow")
+    names = sorted(p.name for p in (tmp_path / "arrow").iterdir())
+    assert len(names) == 2 and names[0] == "_SUCCESS" and names[1].startswith("part-00000-")
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary directory left
+    back = {k: spark.read.parquet(str(tmp_path / k)) for k in ("spark", "arrow")}
+    assert back["arrow"].schema.simpleString() == back["spark"].schema.simpleString()
+    assert back["arrow"].collect() == back["spark"].collect() == df.collect()
+    con = duckdb.connect()
+    ddb = {}
+    for k in back:
+        cur = con.execute(f"SELECT * FROM read_parquet('{tmp_path / k}/*.parquet') ORDER BY id")
+        ddb[k] = (cur.description, cur.fetchall())
+    assert ddb["arrow"] == ddb["spark"] and len(ddb["arrow"][1]) == 2
+    write_result(df, tmp_path / "big", rows_estimate=COLLECT_MAX_ROWS + 1)
+    write_result(df, tmp_path / "unknown", rows_estimate=None)
+    mixed = spark.sql("SELECT TIMESTAMP '2026-11-25 10:00:00' AS a, CAST(TIMESTAMP '2026-11-25 10:00:00' "
+                      "AS TIMESTAMP_NTZ) AS b")
+    write_result(mixed, tmp_path / "mixed", rows_estimate=1)
+    for k in ("big", "unknown", "mixed"):
+        assert "parquet-mr" in _writer(tmp_path / k), k
+    assert spark.read.parquet(str(tmp_path / "mixed")).schema.simpleString() == "struct<a:timestamp,b:timestamp_ntz>"
+
+
+def test_the_merge_rows_estimate_bounds_a_fused_tails_result_and_picks_the_writer(
+        spark, units, tpch_dir, tmp_path, monkeypatch):
+    """The estimate is the written partials' rows plus the tail's input rows at the written
+    batches' largest ratio of partial to input rows; unknown tail rows give None. The
+    fused tail's small result is collected; with the bound below it, Spark writes it; the
+    rows are DuckDB's either way."""
+    from airflow_iqp.spark import steps
+    from airflow_iqp.spark.final_job import merge_rows_estimate
+    from airflow_iqp.spark.tail import execute_tail
+
+    qid, static = "q10", str(tpch_dir / "static")
+    query = get_query(qid)
+    ws = WindowState(tmp_path, qid, "w")
+    for b, chunk in enumerate(split_consecutive(units, 3)):
+        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
+    metrics = [execute_batch(spark, qid, ws.claim_path(b), static, ws.partial_path(b)) for b in (0, 1)]
+    paths = [str(ws.partial_path(b)) for b in (0, 1)]
+    written = sum(m["rows_out"] for m in metrics)
+    ratio = max(m["rows_out"] / m["rows_in"] for m in metrics)
+    assert written > 0 and merge_rows_estimate(ws, paths) == written
+    assert merge_rows_estimate(ws, paths, 1000, tail=True) == written + round(1000 * ratio)
+    assert merge_rows_estimate(ws, [], 1000, tail=True) == 1000  # nothing written: the input rows
+    assert merge_rows_estimate(ws, paths, None, tail=True) is None  # remote files: not inspected
+    _cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
+    execute_tail(spark, qid, ws.root, 2, static)
+    assert "parquet-cpp" in _writer(ws.result_dir)
+    assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="q10 collected")
+    monkeypatch.setattr(steps, "COLLECT_MAX_ROWS", written - 1)
+    execute_tail(spark, qid, ws.root, 2, static)
+    assert "parquet-mr" in _writer(ws.result_dir)
+    assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="q10 written by Spark")
+
+
+def test_a_fused_tail_rehearses_before_the_windows_end_and_leaves_no_trace(spark, units, tpch_dir, tmp_path):
+    """``rehearse_tail`` runs the tail's plan on a claimed unit with the written partials
+    while the window's end is far enough, and writes nothing in the window's state: no
+    claim, partial, result or cost history. Too near the end, or with nothing claimed,
+    it does not run."""
+    import time
+
+    from airflow_iqp.spark.tail import REHEARSAL_ROOM, read_written, rehearse_tail
+    from tests.batches import make_batch
+
+    qid, static = "cq3", str(tpch_dir / "static")
+    query = get_query(qid)
+    ws = WindowState(tmp_path, qid, "w")
+    tail = make_batch(query=qid, window_id="w", index=3, of=3, state_dir=str(tmp_path), static=static,
+                      ready_ts=time.time() + 600, cost=0.5, remaining_cost=1.0, cost_scale=2.0, label="batch 3/3")
+    assert rehearse_tail(spark, qid, ws.root, tail) is None  # nothing claimed yet
+    for b, chunk in enumerate(split_consecutive(units, 3)[:2], start=1):
+        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
+        execute_batch(spark, qid, ws.claim_path(b), static, ws.partial_path(b))
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    history = read_cost_history(tmp_path, query=qid)
+    seconds = rehearse_tail(spark, qid, ws.root, tail, slots=1, written=read_written(spark, ws.root))
+    assert seconds is not None and seconds > 0
+    assert sorted(str(p) for p in tmp_path.rglob("*") if "_turns" not in p.parts) == \
+        [p for p in before if "_turns" not in p]
+    assert read_cost_history(tmp_path, query=qid) == history and not ws.result_dir.exists()
+    near = tail.with_(ready_ts=time.time() + REHEARSAL_ROOM * 1.0 / 2.0 - 0.1)  # expected: 1.0 / cost_scale
+    assert rehearse_tail(spark, qid, ws.root, near) is None
