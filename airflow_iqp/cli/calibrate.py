@@ -24,7 +24,8 @@ def add_parser(subparsers):
     p.add_argument("--backend", choices=("submit", "connect"), default="submit",
                    help="spark-submit per batch (default) or the Spark Connect server")
     p.add_argument("--state-dir", help="where the cost history is (default: [iqp] state_dir)")
-    p.add_argument("--sizes", help="comma-separated batch sizes in units (default 1,2,5,10,20,50,... as fit)")
+    p.add_argument("--sizes", help="comma-separated batch sizes in units (default 1,2,5,10,20,50,... as fit); "
+                                   "a size that does not fit beside the ones before it runs on the units again")
     p.add_argument("--finals", help="comma-separated partial counts to merge (default 1,2,4,all)")
     p.add_argument("--repeat", type=int, default=1, help="measure each size this many times (default 1)")
     p.add_argument("--url", help="Spark Connect URL, sc://host:port (connect backend)")

@@ -1,8 +1,9 @@
 """Calibrate a query's cost model on one backend (section 6.2 of the paper): measure, fit, store.
 
 No Airflow import. :func:`calibrate` cuts a data directory's units into consecutive,
-disjoint batches of growing sizes (1, 2, 5, 10, 20, 50, ... while they fit), runs each
-as a batch on the backend, then merges the first k partials for a few k. It fits
+disjoint batches of growing sizes (1, 2, 5, 10, 20, 50, ... while they fit; given sizes
+that do not fit side by side start again from the first unit), runs each as a batch on
+the backend, then merges the first k partials for a few k. It fits
 
 * the batch cost, seconds against units, as a piecewise linear model
   (:func:`airflow_iqp.planning.models.fit_piecewise_linear`); its value at zero units is
@@ -55,6 +56,17 @@ def default_sizes(n_units: int) -> list[int]:
             sizes.append(s)
             total += s
         scale *= 10
+
+
+def _first_window_batches(sizes: Sequence[int], n_units: int) -> int:
+    """How many of ``sizes``, from the first, fit side by side in ``n_units``: the batches
+    whose partials the calibration's merges combine."""
+    total = 0
+    for i, size in enumerate(sizes):
+        total += size
+        if total > n_units:
+            return i
+    return len(sizes)
 
 
 def default_final_counts(n_batches: int) -> list[int]:
@@ -165,32 +177,41 @@ def calibrate(query_id: str, data: str | os.PathLike, *, backend: str = "submit"
     sizes = list(sizes) if sizes else default_sizes(len(units))
     if len(set(sizes)) < 2 or any(int(s) != s or s < 1 for s in sizes):
         raise ConfigError(f"need two or more distinct batch sizes >= 1, got {sizes}", field="sizes")
-    if sum(sizes) > len(units):
-        raise ConfigError(f"batch sizes {sizes} need {sum(sizes)} units; {landing} has {len(units)}", field="sizes")
-    final_counts = list(final_counts) if final_counts else default_final_counts(len(sizes))
-    if len(set(final_counts)) < 2 or any(not 1 <= k <= len(sizes) for k in final_counts):
-        raise ConfigError(f"need two or more distinct partial counts within 1..{len(sizes)}, got {final_counts}",
-                          field="finals")
+    if max(sizes) > len(units):
+        raise ConfigError(f"a batch of {max(sizes)} units needs {max(sizes)} units; {landing} has {len(units)}",
+                          field="sizes")
+    first = _first_window_batches(sizes, len(units))
+    final_counts = list(final_counts) if final_counts else default_final_counts(first)
+    if len(set(final_counts)) < 2 or any(not 1 <= k <= first for k in final_counts):
+        raise ConfigError(f"need two or more distinct partial counts within 1..{first} (the batches that fit the "
+                          f"units side by side), got {final_counts}", field="finals")
     if backend == "spark-connect" and not url:
         raise ConfigError("the connect backend needs the server's sc:// URL", field="url")
     say = log or (lambda m: None)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix=f"iqp-calibrate-{query.id}-"))
     ws = WindowState(work, query.id, "calibrate")
-    shutil.rmtree(ws.root, ignore_errors=True)
     runner = _SubmitRunner(master, conf) if backend == "spark-submit" else _ConnectRunner(url, server_pid)
     batches, finals = [], []
     try:
-        start = 0
+        # Consecutive, disjoint batches while they fit in the units; a batch larger than the
+        # units left starts again from the first unit, in a window of its own, so that a
+        # plan's batch of nearly the whole window is measured rather than extrapolated.
+        placed, start, at = [], 0, None
         for b, size in enumerate(sizes):
+            if at is None or start + size > len(units):
+                at = ws if at is None else WindowState(work, query.id, f"calibrate-{b}")
+                shutil.rmtree(at.root, ignore_errors=True)
+                start = 0
             chunk = units[start:start + size]
             start += size
-            claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
+            claim_units(at, b, [u.name for u in chunk], unit_files(chunk, query.streams))
+            placed.append(at)
         if backend == "spark-connect":
             runner.batch(query.id, ws, 0, static)  # warm-up: JIT, caches; not recorded
         for _ in range(repeat):
             for b, size in enumerate(sizes):
-                wall, cpu = runner.batch(query.id, ws, b, static)
-                job = read_json(ws.metrics_path(b))
+                wall, cpu = runner.batch(query.id, placed[b], b, static)
+                job = read_json(placed[b].metrics_path(b))
                 batches.append({"units": size, "wall_seconds": wall, "cpu_seconds": cpu,
                                 "step_wall_seconds": job["wall_seconds"], "task_seconds": job.get("task_seconds")})
                 say(f"batch of {size:>4} units: {wall:6.2f} s" + (f", {cpu:6.2f} CPU s" if cpu is not None else ""))

@@ -160,7 +160,6 @@ def rehearse_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slo
     unit = claims[-1]["units"][-1]
     files = [f for f in claims[-1].get("files", []) if unit_of(f, stream_of(f, saved.streams)) == unit]
     out = temp_sibling(ws.result_dir)
-    t0 = time.perf_counter()
     try:
         with turn(tail, slots, planned=tail.remaining_cost, until=until) as got:
             if not got or time.time() >= until:

@@ -29,7 +29,7 @@ from airflow_iqp.spark.connect import (
 from airflow_iqp.spark.final_job import execute_final
 from airflow_iqp.spark.submit import submit_env
 from airflow_iqp.spark.window import run_window, split_consecutive
-from airflow_iqp.state import WindowState, claim_units, read_cost_history, unit_files
+from airflow_iqp.state import WindowState, claim_units, list_ready_units, read_cost_history, unit_files
 
 pytestmark = pytest.mark.spark
 
@@ -110,6 +110,15 @@ def test_calibrate_on_the_server_stores_a_fit_the_planner_uses(server, tpch_dir,
     assert "calibrated for spark-connect" in source
     assert cost.cost(2) == pytest.approx(rep["cost"]["points"][1][1])
     assert "calibrated" not in cost_models(QueryConfig(**cfg, backend="spark-submit"))[2]
+    # A batch larger than the units left is measured on the units again, not extrapolated;
+    # the merges combine the batches that fit side by side.
+    rep = calibrate("cq3", tpch_dir, backend="connect", state_dir=state, url=server["url"], sizes=[1, 2, 3, 5],
+                    work_dir=tmp_path / "work")
+    assert [r["units"] for r in rep["batches"]] == [1, 2, 3, 5]
+    assert [r["batches"] for r in rep["finals"]] == [1, 2, 3]
+    assert rep["cost"]["points"][-1][0] == 5
+    assert json.loads((tmp_path / "work" / "cq3" / "calibrate-3" / "claims" / "batch-0003.json").read_text())[
+        "units"] == [u.name for u in list_ready_units(tpch_dir / "units")[:5]]
 
 
 def test_warm_up_runs_every_query_on_the_server_and_records_nothing(server, tpch_dir, tmp_path, monkeypatch):
@@ -139,8 +148,8 @@ def test_calibrate_cli_errors_name_the_option(tpch_dir, tmp_path):
 
     bad = cli("--sizes", "2,2")
     assert bad.returncode == 2 and "sizes: need two or more distinct batch sizes" in bad.stderr
-    bad = cli("--sizes", "4,5")
-    assert bad.returncode == 2 and "need 9 units" in bad.stderr
+    bad = cli("--sizes", "4,7")
+    assert bad.returncode == 2 and "a batch of 7 units needs 7 units" in bad.stderr
     bad = cli("--sizes", "1,x")
     assert bad.returncode == 2 and "sizes: expected comma-separated whole numbers" in bad.stderr
     bad = cli("--finals", "1,7")
