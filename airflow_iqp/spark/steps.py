@@ -363,7 +363,7 @@ def write_result(df, final_path: str | os.PathLike, rows_estimate: int | None = 
 
 def _arrow_table(df):
     """``df``'s rows as an Arrow table, in one request on Spark Connect: its ``toArrow`` asks
-    the server for the schema first, a round trip more (20-50 ms here). The result's own
+    the server for the schema first, a round trip more (about 0.04 s here). The result's own
     schema comes with its rows, and the table is cast to it as ``toArrow`` casts it (pyspark
     4.2's ``DataFrame._to_table``, pinned in pyproject.toml)."""
     if type(df).__module__ != "pyspark.sql.connect.dataframe":
