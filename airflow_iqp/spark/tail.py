@@ -41,7 +41,6 @@ def read_written(spark, window_dir: str | os.PathLike, earlier: dict | None = No
     return {"dirs": dirs, "df": df}
 
 
-
 def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch: int | None,
                  static_dir: str | None, *, history: bool = True, written: dict | None = None) -> dict:
     """A fused tail: the last batch and the merge in one Spark job.
