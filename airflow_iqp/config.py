@@ -30,12 +30,24 @@ def get(option: str) -> str:
     return value
 
 
+def airflow_home() -> Path:
+    """AIRFLOW_HOME as Airflow reads it: ``~/airflow`` when unset, ``~`` and variables
+    expanded; made absolute, so every process agrees whatever its working directory."""
+    home = os.environ.get("AIRFLOW_HOME") or "~/airflow"
+    expanded = os.path.expanduser(os.path.expandvars(home))
+    while expanded != home:  # a variable may name another
+        home, expanded = expanded, os.path.expanduser(os.path.expandvars(expanded))
+    return Path(home).absolute()
+
+
 def state_dir() -> str:
+    """``[iqp] state_dir``, by default ``iqp/state`` under :func:`airflow_home`: a directory
+    that Airflow's own processes can write to on one machine. Set it to a shared location
+    when tasks run on several."""
     value = get("state_dir")
     if value:
         return value
-    home = os.environ.get("AIRFLOW_HOME", str(Path.home() / "airflow"))
-    return str(Path(home) / "iqp" / "state")
+    return str(airflow_home() / "iqp" / "state")
 
 
 def poll_interval() -> float:

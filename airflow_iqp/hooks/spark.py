@@ -12,6 +12,7 @@ process's environment is left as it was found when the session ends.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -19,7 +20,7 @@ from typing import Any
 
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.sdk import BaseHook
+from airflow.sdk import BaseHook, Connection
 from airflow.sdk.exceptions import AirflowNotFoundException
 
 from airflow_iqp import config
@@ -29,8 +30,33 @@ from airflow_iqp.spark.submit import build_pyfiles_zip, spark_submit_binary, sub
 
 #: What a Spark Connect client sets in its process's environment.
 CONNECT_VARS = (CONNECT_MODE_VAR, "SPARK_REMOTE")
-#: The Spark provider's master when the connection does not exist.
-DEFAULT_MASTER = "yarn"
+#: The connection that stands for ``spark_default`` when it does not exist (``airflow db
+#: migrate`` does not create it): Spark on every core of this machine.
+LOCAL_CONNECTION = {"conn_type": "spark", "host": "local[*]"}
+
+
+def spark_connection(conn_id: str, field: str = "backend.conn_id") -> Connection:
+    """The Airflow connection ``conn_id``; for a ``spark_default`` that does not exist,
+    :data:`LOCAL_CONNECTION`. Any other connection that does not exist is a ConfigError
+    naming ``field``, the setting that named it."""
+    try:
+        return BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        if conn_id == config.DEFAULTS["spark_conn_id"]:
+            return Connection(conn_id=conn_id, **LOCAL_CONNECTION)
+        raise ConfigError(f"the Airflow connection {conn_id!r} does not exist: create it (in the UI, with `airflow "
+                          f"connections add`, or as AIRFLOW_CONN_{conn_id.upper()}='{json.dumps(LOCAL_CONNECTION)}' "
+                          f"in every Airflow process's environment), or leave {field} unset for Spark on local[*]",
+                          field) from None
+
+
+class _SubmitHook(SparkSubmitHook):
+    """The Spark provider's spark-submit hook, reading its connection as :func:`spark_connection`
+    does (the provider's own default for a missing one is YARN)."""
+
+    @classmethod
+    def get_connection(cls, conn_id: str) -> Connection:
+        return spark_connection(conn_id)
 
 
 def refuse_connect_conf(conf: Mapping[str, Any] | None) -> None:
@@ -61,7 +87,7 @@ class IQPSparkHook(BaseHook):
     """
 
     conn_name_attr = "conn_id"
-    default_conn_name = "spark_default"
+    default_conn_name = config.DEFAULTS["spark_conn_id"]
     hook_name = "Intermittent Query Processing: Spark"
 
     def __init__(self, conn_id: str | None = None, *, conf: Mapping[str, Any] | None = None,
@@ -69,6 +95,8 @@ class IQPSparkHook(BaseHook):
                  env_vars: Mapping[str, Any] | None = None, **submit_kwargs: Any) -> None:
         super().__init__()
         self.conn_id = conn_id or config.get("spark_conn_id")
+        #: The setting that named the connection, for the error when it does not exist.
+        self.conn_field = "backend.conn_id" if conn_id else "[iqp] spark_conn_id"
         self.conf = {k: str(v) for k, v in (conf or {}).items()}
         self._spark_binary = spark_binary
         self.ship_package = config.ship_package() if ship_package is None else ship_package
@@ -83,19 +111,14 @@ class IQPSparkHook(BaseHook):
 
     # ------------------------------------------------------------------ spark-submit
 
-    def _conn(self):
-        try:
-            return self.get_connection(self.conn_id)
-        except AirflowNotFoundException:
-            return None
+    def _conn(self) -> Connection:
+        return spark_connection(self.conn_id, self.conn_field)
 
     @property
     def master(self) -> str:
-        """The Spark master of the connection, read as the Spark provider reads it (``yarn``
-        when the connection does not exist)."""
+        """The Spark master of the connection, read as the Spark provider reads it
+        (``local[*]`` for a ``spark_default`` that does not exist)."""
         conn = self._conn()
-        if conn is None:
-            return DEFAULT_MASTER
         if conn.conn_type == "spark" and conn.host and ("://" in conn.host or not conn.port):
             master = conn.host
         else:
@@ -108,9 +131,7 @@ class IQPSparkHook(BaseHook):
         on PATH, or pyspark's own beside this interpreter."""
         if self._spark_binary:
             return self._spark_binary
-        conn = self._conn()
-        named = conn.extra_dejson.get("spark-binary") if conn is not None else None
-        return named or spark_submit_binary()
+        return self._conn().extra_dejson.get("spark-binary") or spark_submit_binary()
 
     def submit_conf(self) -> dict[str, str]:
         """The ``--conf`` of a submit: the local-mode defaults for a local master only, then ``conf``."""
@@ -133,7 +154,7 @@ class IQPSparkHook(BaseHook):
         py_files = self.py_files()
         if py_files and not kwargs.get("py_files"):
             kwargs["py_files"] = py_files
-        return SparkSubmitHook(conf=self.submit_conf(), conn_id=self.conn_id, name=name,
+        return _SubmitHook(conf=self.submit_conf(), conn_id=self.conn_id, name=name,
                                application_args=[str(a) for a in application_args],
                                spark_binary=self.spark_binary, **kwargs)
 

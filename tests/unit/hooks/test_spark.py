@@ -39,9 +39,22 @@ def test_a_local_master_gets_the_local_defaults_under_the_given_conf(monkeypatch
                                                              "port": 7077}))
     assert IQPSparkHook("spark_yarn", conf={"a": "1"}).submit_conf() == {**HADOOP_UMASK_CONF, "a": "1"}
     assert IQPSparkHook("spark_ha").master == "spark://m1:7077"
-    # Without the connection, the Spark provider's default master: not a local one.
-    assert IQPSparkHook("no_such_connection").master == "yarn"
-    assert IQPSparkHook("no_such_connection").submit_conf() == HADOOP_UMASK_CONF
+
+
+def test_a_missing_spark_default_is_spark_on_this_machine_and_any_other_missing_connection_is_named(
+        tmp_path, monkeypatch):
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT")
+    hook = IQPSparkHook()
+    assert hook.master == "local[*]" and hook.submit_conf() == {**HADOOP_UMASK_CONF, **LOCAL_CONF}
+    binary, record = fake_submit(tmp_path)
+    IQPSparkHook(spark_binary=binary).submit(job_path("batch"), ["q"])
+    argv, _ = submitted(record)
+    assert argv[argv.index("--master") + 1] == "local[*]"
+    with pytest.raises(ConfigError, match=r"^backend\.conn_id: the Airflow connection 'no_such' does not exist"):
+        IQPSparkHook("no_such").master
+    monkeypatch.setenv("AIRFLOW__IQP__SPARK_CONN_ID", "my_spark")
+    with pytest.raises(ConfigError, match=r"^\[iqp\] spark_conn_id: .*'my_spark' does not exist.*AIRFLOW_CONN_MY_SPARK="):
+        IQPSparkHook().submit_hook(job_path("batch"))
 
 
 def test_the_binary_is_pyspark_s_own_when_none_is_given_or_on_path(monkeypatch):
