@@ -34,7 +34,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -49,25 +48,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+from airflow_iqp.cli.dev import COMPONENTS, HEALTH_KEYS, airflow_bin, free_port, stack_env, stack_settings, use_wal
+
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
 _CACHE_DIR = Path(tempfile.gettempdir()) / "airflow_iqp_harness_cache"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _airflow_bin() -> str:
-    exe = Path(sys.executable).with_name("airflow")
-    if exe.exists():
-        return str(exe)
-    found = shutil.which("airflow")
-    if not found:
-        raise RuntimeError("the `airflow` executable is neither next to sys.executable nor on PATH")
-    return found
 
 
 def _airflow_version() -> str:
@@ -78,80 +62,30 @@ def _airflow_version() -> str:
 
 def build_config(home: Path, dags_folder: Path, api_port: int, extra: Mapping[str, str] | None = None,
                  db_url: str | None = None) -> dict[str, str]:
-    """The AIRFLOW__SECTION__KEY settings of a harness home (all values as strings).
+    """The AIRFLOW__SECTION__KEY settings of a harness home (all values as strings): the
+    stack of ``airflow-iqp dev`` (:func:`airflow_iqp.cli.dev.stack_settings`), with DAGs
+    paused at creation (a test unpauses the one it runs) and a throw-away Fernet key.
 
     ``db_url`` is the metadata DB's SQLAlchemy URL; the default is a SQLite file in ``home``.
     """
-    secret = os.urandom(16).hex()
     try:
         from cryptography.fernet import Fernet
 
         fernet = Fernet.generate_key().decode()
     except ImportError:  # pragma: no cover - cryptography is an Airflow dependency
         fernet = ""
-    cfg = {
-        "CORE__DAGS_FOLDER": str(dags_folder),
-        "CORE__EXECUTOR": "LocalExecutor",
-        "CORE__LOAD_EXAMPLES": "False",
-        "CORE__FERNET_KEY": fernet,
-        "CORE__PARALLELISM": "4",
-        "CORE__MAX_ACTIVE_TASKS_PER_DAG": "4",
-        "CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-        "CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "1",
-        # LocalExecutor workers (task supervisors) talk to the Execution API of the api-server.
-        "CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
-        "CORE__AUTH_MANAGER": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-        "CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        "CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "simple_auth_manager_passwords.json"),
-        "DATABASE__SQL_ALCHEMY_CONN": db_url or f"sqlite:///{home / 'airflow.db'}",
-        "DATABASE__CHECK_MIGRATIONS": "False",
-        "API__HOST": "127.0.0.1",
-        "API__PORT": str(api_port),
-        "API__BASE_URL": f"http://127.0.0.1:{api_port}",
-        "API__WORKERS": "1",
-        "API__SECRET_KEY": secret,
-        "API__EXPOSE_CONFIG": "True",
-        # The same JWT secret in every component: the scheduler signs task tokens, the
-        # api-server verifies them.
-        "API_AUTH__JWT_SECRET": secret,
-        "API_AUTH__JWT_ISSUER": "airflow-iqp-harness",
-        "SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-        "SCHEDULER__JOB_HEARTBEAT_SEC": "1",
-        "SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
-        "SCHEDULER__TASK_INSTANCE_HEARTBEAT_SEC": "2",
-        "SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "30",
-        "SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD": "30",
-        "SCHEDULER__TRIGGER_TIMEOUT_CHECK_INTERVAL": "2",
-        "SCHEDULER__ENABLE_HEALTH_CHECK": "False",
-        "DAG_PROCESSOR__REFRESH_INTERVAL": "2",
-        "DAG_PROCESSOR__BUNDLE_REFRESH_CHECK_INTERVAL": "1",
-        "DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "2",
-        "DAG_PROCESSOR__PARSING_PROCESSES": "1",
-        "DAG_PROCESSOR__PRINT_STATS_INTERVAL": "0",
-        "DAG_PROCESSOR__STALE_DAG_THRESHOLD": "30",
-        "DAG_PROCESSOR__HEALTH_CHECK_THRESHOLD": "30",
-        "TRIGGERER__JOB_HEARTBEAT_SEC": "1",
-        "TRIGGERER__CAPACITY": "100",
-        "TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "30",
-        # Distinct log-server ports so parallel harnesses on one machine do not collide.
-        "LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-        "LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-        "LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
-        "LOGGING__DAG_PROCESSOR_CHILD_PROCESS_LOG_DIRECTORY": str(home / "logs" / "dag_processor"),
-        "LOGGING__COLORED_CONSOLE_LOG": "False",
-    }
+    cfg = {**stack_settings(home, dags_folder, api_port, paused=True), "CORE__FERNET_KEY": fernet}
+    if db_url:
+        cfg["DATABASE__SQL_ALCHEMY_CONN"] = db_url
     if extra:
         cfg.update(extra)
     return cfg
 
 
 def _child_env(home: Path, config: Mapping[str, str]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__") and k != "AIRFLOW_HOME"}
-    env["AIRFLOW_HOME"] = str(home)
-    env["PYTHONUNBUFFERED"] = "1"
-    for key, value in config.items():
-        env[f"AIRFLOW__{key}"] = value
-    return env
+    """The test process's environment without its own Airflow settings, plus this home's."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__") and k != "AIRFLOW_HOME"}
+    return stack_env(home, config, base)
 
 
 def _is_sqlite(env: Mapping[str, str]) -> bool:
@@ -164,7 +98,7 @@ def _migrate(home: Path, env: Mapping[str, str], log: Path) -> float:
     t0 = time.monotonic()
     if not _is_sqlite(env):
         with open(log, "ab") as out:
-            subprocess.run([_airflow_bin(), "db", "migrate"], env=env, stdout=out, stderr=subprocess.STDOUT,
+            subprocess.run([airflow_bin(), "db", "migrate"], env=env, stdout=out, stderr=subprocess.STDOUT,
                            check=True, timeout=600)
         return time.monotonic() - t0
     db = home / "airflow.db"
@@ -176,17 +110,13 @@ def _migrate(home: Path, env: Mapping[str, str], log: Path) -> float:
     with open(log, "ab") as out:
         # Always run migrate: against a cached DB it is a quick no-op check, and it also
         # validates the configuration of this home.
-        subprocess.run([_airflow_bin(), "db", "migrate"], env=env, stdout=out, stderr=subprocess.STDOUT, check=True, timeout=300)
+        subprocess.run([airflow_bin(), "db", "migrate"], env=env, stdout=out, stderr=subprocess.STDOUT, check=True, timeout=300)
     if not cached.exists():
         _CACHE_DIR.mkdir(parents=True, exist_ok=True)
         tmp = cached.with_suffix(f".{os.getpid()}.tmp")
         shutil.copyfile(db, tmp)
         os.replace(tmp, cached)
-    # Write-ahead logging (a property of the file): readers no longer block the writer, so
-    # the scheduler, dag-processor, triggerer, API server and task processes do not die of
-    # "database is locked" when a small machine is busy (seen with nine DAGs on two cores).
-    with contextlib.closing(sqlite3.connect(db, timeout=30)) as con:
-        con.execute("PRAGMA journal_mode=WAL")
+    use_wal(db)  # nine DAGs on two cores otherwise die of "database is locked"
     return time.monotonic() - t0
 
 
@@ -213,7 +143,7 @@ class AirflowEnv:
         path.parent.mkdir(parents=True, exist_ok=True)
         out = open(path, "ab")
         self.procs[component] = subprocess.Popen(
-            [_airflow_bin(), *component.split()],
+            [airflow_bin(), *component.split()],
             env=self.env,
             cwd=self.home,
             stdout=out,
@@ -300,7 +230,7 @@ class AirflowEnv:
     def cli(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
         """Run ``airflow <args>`` against this home."""
         return subprocess.run(
-            [_airflow_bin(), *args], env=self.env, capture_output=True, text=True, timeout=timeout, check=check
+            [airflow_bin(), *args], env=self.env, capture_output=True, text=True, timeout=timeout, check=check
         )
 
     # ---------------------------------------------------------------- REST API
@@ -340,7 +270,7 @@ class AirflowEnv:
                 last = self.health()
                 if all(
                     (last.get(k) or {}).get("status") == "healthy"
-                    for k in ("metadatabase", "scheduler", "triggerer", "dag_processor")
+                    for k in HEALTH_KEYS
                 ):
                     return time.monotonic() - t0
             except (urllib.error.URLError, ConnectionError, ApiError, OSError) as exc:

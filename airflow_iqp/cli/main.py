@@ -15,7 +15,7 @@ import sys
 from airflow_iqp.errors import ConfigError
 
 # Order is the order of ``airflow-iqp --help``.
-COMMANDS = ["plan", "simulate", "explain", "tpch", "replay", "run_window", "connect_server", "calibrate"]
+COMMANDS = ["dev", "plan", "simulate", "explain", "tpch", "replay", "run_window", "connect_server", "calibrate"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,134 @@
+"""``airflow-iqp dev``: its settings are Airflow's, and it starts, watches and stops its
+processes (run against a stand-in ``airflow`` that serves the health endpoint)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_iqp.cli.dev import HEALTH_KEYS, free_port, stack_env, stack_settings
+from airflow_iqp.cli.main import main
+from iqp_dev.procs import alive
+
+#: A stand-in for the ``airflow`` executable: ``db migrate`` succeeds; every component
+#: records its pid and starts a child in its group, as the LocalExecutor's workers are; the
+#: api-server answers the health endpoint; a component named in FAKE_EXIT fails at once.
+FAKE_AIRFLOW = """\
+import http.server, json, os, subprocess, sys, time
+cmd = " ".join(sys.argv[1:])
+if cmd == "db migrate":
+    sys.exit(0)
+if os.environ.get("FAKE_EXIT") == cmd:
+    print(f"{cmd}: boom", flush=True)
+    sys.exit(3)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open(os.path.join(os.environ["AIRFLOW_HOME"], "pids"), "a") as out:
+    out.write(f"{os.getpid()} {child.pid}\\n")
+if cmd == "api-server":
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({k: {"status": "healthy"} for k in HEALTH_KEYS}).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+    http.server.HTTPServer(("127.0.0.1", int(os.environ["AIRFLOW__API__PORT"])), Health).serve_forever()
+time.sleep(600)
+"""
+
+
+def test_every_setting_of_the_stack_is_an_option_airflow_knows(tmp_path):
+    from airflow.configuration import conf
+
+    settings = stack_settings(tmp_path / "home", tmp_path / "dags", 8123)
+    unknown = [key for key in settings
+               if key.lower().split("__", 1)[1] not in
+               conf.configuration_description.get(key.lower().split("__", 1)[0], {}).get("options", {})]
+    assert unknown == []
+    env = stack_env(tmp_path / "home", settings, {"AIRFLOW__IQP__STATE_DIR": "/s", "PATH": "/bin"})
+    assert env["AIRFLOW_HOME"] == str(tmp_path / "home") and env["AIRFLOW__IQP__STATE_DIR"] == "/s"
+    assert env["AIRFLOW__CORE__DAGS_FOLDER"] == str(tmp_path / "dags") and env["AIRFLOW__API__HOST"] == "127.0.0.1"
+    assert env["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "False"
+    assert stack_settings(tmp_path, tmp_path, 1, paused=True)["CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "True"
+
+
+def test_a_missing_dag_folder_or_a_port_in_use_is_named(tmp_path, capsys):
+    assert main(["dev", "--dags", str(tmp_path / "none"), "--home", str(tmp_path / "home")]) == 2
+    assert "--dags: " in capsys.readouterr().err
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["dev", "--dags", str(tmp_path), "--home", str(tmp_path / "home"), "--port", str(port)]) == 2
+    assert f"--port: port {port} on 127.0.0.1 is in use" in capsys.readouterr().err
+
+
+def start_dev(tmp_path: Path, port: int, **env: str) -> subprocess.Popen:
+    fake = tmp_path / "airflow"
+    fake.write_text(f"#!{sys.executable}\nHEALTH_KEYS = {HEALTH_KEYS!r}\n{FAKE_AIRFLOW}")
+    fake.chmod(0o755)
+    (tmp_path / "dags").mkdir()
+    code = textwrap.dedent(f"""
+        import sys
+        from airflow_iqp.cli import dev
+        from airflow_iqp.cli.main import main
+        dev.airflow_bin = lambda: {str(fake)!r}
+        sys.exit(main(["dev", "--dags", {str(tmp_path / "dags")!r}, "--home", {str(tmp_path / "home")!r},
+                       "--port", "{port}", "--timeout", "60"]))
+    """)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
+
+
+def recorded_pids(home: Path) -> list[int]:
+    return [int(p) for line in (home / "pids").read_text().splitlines() for p in line.split()]
+
+
+def test_ctrl_c_stops_every_component_and_its_children(tmp_path):
+    port = free_port()
+    proc = start_dev(tmp_path, port)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("Airflow is up"):
+            break
+    assert lines[-1].strip() == f"Airflow is up: http://127.0.0.1:{port} (Ctrl-C stops it)", "".join(lines)
+    assert f"results and state in {tmp_path / 'home' / 'iqp' / 'state'}\n" in lines
+    pids = recorded_pids(tmp_path / "home")
+    assert len(pids) == 8 and all(alive(p) for p in pids)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "stopping Airflow" in out
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [p for p in pids if alive(p)] == []
+    assert (tmp_path / "home" / "logs" / "db-migrate.log").exists()
+
+
+def test_a_component_that_exits_stops_the_rest_and_shows_its_log(tmp_path):
+    proc = start_dev(tmp_path, free_port(), FAKE_EXIT="scheduler")
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "Airflow's scheduler exited" in err and "scheduler: boom" in err, (out, err)
+    pids = recorded_pids(tmp_path / "home")
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [p for p in pids if alive(p)] == []
+
+
+@pytest.mark.parametrize("module", ["airflow_iqp.cli.dev", "airflow_iqp.cli.main"])
+def test_the_command_needs_nothing_of_the_dev_harness(module):
+    code = f"import sys, {module}; print(json.dumps(sorted(m for m in sys.modules if m.startswith(('iqp_dev', 'tests')))))"
+    out = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True, text=True, check=True,
+                         cwd="/").stdout
+    assert json.loads(out) == []
