@@ -48,7 +48,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from airflow_iqp.cli.dev import COMPONENTS, HEALTH_KEYS, airflow_bin, free_port, stack_env, stack_settings, use_wal
+from airflow_iqp.cli.dev import (
+    COMPONENTS, HEALTH_KEYS, airflow_bin, free_port, stack_env, stack_settings, stop_groups, use_wal,
+)
 
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
 _CACHE_DIR = Path(tempfile.gettempdir()) / "airflow_iqp_harness_cache"
@@ -184,20 +186,7 @@ class AirflowEnv:
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM every process group, then SIGKILL what is left after ``timeout`` seconds."""
-        for proc in self.procs.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for proc in self.procs.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        # Kill the whole group even when the leader exited: workers may outlive it.
-        for pgid in [*self.killed, *(p.pid for p in self.procs.values())]:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-        for proc in self.procs.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+        stop_groups(self.procs.values(), self.killed, timeout)
 
     def leftover_pids(self) -> list[int]:
         """PIDs still alive in any of the harness's process groups (should be empty after stop)."""

@@ -71,6 +71,13 @@ def test_nothing_outside_the_cli_imports_the_cli():
         assert bad == [], f"{path.relative_to(ROOT.parent)} imports {bad}"
 
 
+def test_the_package_imports_nothing_of_the_dev_tooling():
+    # iqp_dev/, tests/ and benchmarks/ are not in the wheel (tests/test_wheel.py).
+    for path in modules():
+        bad = sorted(m for m in imports(path) if m.split(".")[0] in ("iqp_dev", "tests", "benchmarks"))
+        assert bad == [], f"{path.relative_to(ROOT.parent)} imports {bad}"
+
+
 def test_no_module_is_over_400_lines():
     long = {str(p.relative_to(ROOT.parent)): n for p in modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}, f"split these along their seams: {long}"

@@ -28,7 +28,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from airflow_iqp.errors import ConfigError
@@ -154,7 +154,8 @@ def migrate(env: Mapping[str, str], log: Path, timeout: float = 600) -> None:
                        check=True, timeout=timeout)
 
 
-def _port_taken(port: int) -> bool:
+def port_taken(port: int) -> bool:
+    """Whether something listens on ``port`` of 127.0.0.1 (or it cannot be bound)."""
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", port))
@@ -201,20 +202,28 @@ class _Stack:
     def exited(self) -> list[str]:
         return [name for name, p in self.procs.items() if p.poll() is not None]
 
-    def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM every group, then SIGKILL what is left after ``timeout`` seconds."""
-        for proc in self.procs.values():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        end = time.monotonic() + timeout
-        for proc in self.procs.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=max(0.1, end - time.monotonic()))
-        for proc in self.procs.values():  # workers may outlive their group's leader
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=5)
+    def stop(self) -> None:
+        stop_groups(self.procs.values())
+
+
+def stop_groups(procs: Iterable[subprocess.Popen], more: Iterable[int] = (), timeout: float = 20.0) -> None:
+    """SIGTERM the process group each of ``procs`` leads, then SIGKILL what is left of them
+    and of the groups ``more`` after ``timeout`` seconds; a group is killed even when its
+    leader has exited, since workers may outlive it."""
+    procs = list(procs)
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    end = time.monotonic() + timeout
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=max(0.1, end - time.monotonic()))
+    for group in [*more, *(p.pid for p in procs)]:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
 
 
 def _interrupt(signum, frame):
@@ -228,7 +237,7 @@ def run(args) -> int:
     if not dags.is_dir():
         raise ConfigError(f"{args.dags} is not a directory: give the folder that holds your DAG files", "--dags")
     home = args.home.expanduser().absolute() if args.home else airflow_home()
-    if not 0 < args.port < 65536 or _port_taken(args.port):
+    if not 0 < args.port < 65536 or port_taken(args.port):
         raise ConfigError(f"port {args.port} on 127.0.0.1 is in use (or not a port): give another", "--port")
     logs = home / "logs"
     logs.mkdir(parents=True, exist_ok=True)
