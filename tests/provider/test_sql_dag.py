@@ -33,6 +33,13 @@ def test_a_query_that_cannot_be_split_is_refused_when_the_dag_is_built():
         iqp_dag(name="w", sql="SELECT k, sum(x) OVER (PARTITION BY k) FROM events", streams={"events": "/d"}, **COMMON)
 
 
+def test_a_refusal_in_a_dag_file_points_to_one_batch_not_to_the_command_line_flag():
+    with pytest.raises(QueryRefused) as err:
+        iqp_dag(name="p", sql="SELECT k, percentile_approx(x, 0.5) AS p FROM events GROUP BY k",
+                streams={"events": "/d"}, **COMMON)
+    assert str(err.value).endswith("(cut=OneBatch())") and "--allow-single-batch" not in str(err.value)
+
+
 def test_one_batch_runs_a_query_that_cannot_be_split_after_the_windows_end():
     dag = iqp_dag(name="m", sql="SELECT k, median(x) AS m FROM events GROUP BY k", streams={"events": "/d"},
                   cut=OneBatch(), **COMMON)

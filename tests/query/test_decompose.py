@@ -174,6 +174,8 @@ REFUSED = {
     "window function": ("SELECT k, sum(x) OVER (PARTITION BY k) AS s FROM events", "window function"),
     "exact percentile": ("SELECT percentile_cont(0.9) WITHIN GROUP (ORDER BY x) FROM events", "exact percentile"),
     "median": ("SELECT k, median(x) FROM events GROUP BY k", "exact median"),
+    "approximate percentile": ("SELECT k, percentile_approx(x, 0.5) FROM events GROUP BY k",
+                               "is an approximate percentile whose per-batch results cannot be merged"),
     "no aggregation": ("SELECT k, x FROM events WHERE x > 1", "no aggregation"),
     "nested aggregate": ("SELECT k, sum(count(x)) FROM events GROUP BY k", "aggregate nested in an aggregate"),
     "non-deterministic": ("SELECT k, sum(x * rand()) FROM events GROUP BY k", "non-deterministic function RAND()"),

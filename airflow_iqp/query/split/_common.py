@@ -9,15 +9,24 @@ from airflow_iqp.errors import ConfigError
 DIALECT = "spark"
 
 
+#: How a query that cannot be split is run anyway, as a DAG file says it. A refusal's advice
+#: names it through ``{one_batch}``, filled where the refusal reaches the user: a caller with
+#: its own switch (the command line's flag) names that one (:meth:`QueryRefused.pointing_to`).
+ONE_BATCH = "cut=OneBatch()"
+SINGLE = "or run it as one batch after the window's end ({one_batch})"
+ONLY = "run it as one batch after the window's end ({one_batch})"
+
+
 class QueryRefused(ConfigError):
     """The query cannot be split into batches exactly. The message says why and what to do."""
 
-    def __init__(self, message: str):
-        super().__init__(" ".join(message.split()), field="sql")
+    def __init__(self, message: str, one_batch: str = ONE_BATCH):
+        self.template = " ".join(message.split())
+        super().__init__(self.template.replace("{one_batch}", one_batch), field="sql")
 
-
-SINGLE = "or run it as one batch after the window's end (cut=OneBatch(), or --allow-single-batch)"
-ONLY = "run it as one batch after the window's end (cut=OneBatch(), or --allow-single-batch)"
+    def pointing_to(self, one_batch: str) -> "QueryRefused":
+        """The same refusal, its advice naming ``one_batch`` as the way to run the query as one batch."""
+        return QueryRefused(self.template, one_batch)
 
 
 def to_sql(node: exp.Expression) -> str:

@@ -12,11 +12,15 @@ import sqlglot.expressions as exp
 from airflow_iqp.query.model import AVG_TYPE_OF, TYPE_OF
 from airflow_iqp.query.split._common import ONLY, SINGLE, QueryRefused, col, short, to_sql
 
-#: Aggregates that have no exact, mergeable partial state.
+#: What percentile_approx (approx_percentile) is: each batch's answer is a value, not a sketch
+#: that merges into the one the whole window's rows would give.
+APPROX_PERCENTILE = "an approximate percentile whose per-batch results cannot be merged into the window's answer"
+#: Aggregates that have no exact, mergeable partial state (the most specific class wins:
+#: ApproxQuantile is a Quantile).
 _UNSPLITTABLE = {
     exp.Median: "an exact median", exp.Quantile: "an exact percentile",
     exp.PercentileCont: "an exact percentile", exp.PercentileDisc: "an exact percentile",
-    exp.ApproxQuantile: "percentile_approx (its sketch is not mergeable in SQL)",
+    exp.ApproxQuantile: APPROX_PERCENTILE,
     exp.First: "first() (its value depends on row order)", exp.Last: "last() (its value depends on row order)",
     exp.AnyValue: "any_value() (its value depends on row order)",
     exp.ArrayAgg: "collect_list() (its order depends on batches)", exp.ArrayUniqueAgg: "collect_set()",
@@ -26,7 +30,7 @@ _UNSPLITTABLE = {
 #: Spark aggregates sqlglot parses as plain function calls, by lower-case name.
 UNSPLITTABLE_NAMES = {
     "mode": "mode()", "collect_set": "collect_set()", "array_agg": "array_agg()", "kurtosis": "kurtosis()",
-    "skewness": "skewness()", "percentile": "an exact percentile", "approx_percentile": "approx_percentile()",
+    "skewness": "skewness()", "percentile": "an exact percentile", "approx_percentile": APPROX_PERCENTILE,
     "histogram_numeric": "histogram_numeric()", "regr_slope": "regr_slope()", "listagg": "listagg()",
     "string_agg": "string_agg()", "first_value": "first_value()", "last_value": "last_value()",
 }
@@ -117,12 +121,13 @@ def split_aggregate(node: exp.Expression, split: Split) -> str:
         if inner is not agg:
             raise QueryRefused(f"an aggregate nested in an aggregate: {short(node)}; compute the inner one in a "
                                f"subquery, {SINGLE}")
-    if isinstance(agg, exp.Anonymous) and agg.name.lower() in UNSPLITTABLE_NAMES:
-        raise QueryRefused(f"{UNSPLITTABLE_NAMES[agg.name.lower()]} cannot be computed from per-batch partial "
-                           f"results: {short(node)}; {ONLY}")
-    for cls, what in _UNSPLITTABLE.items():
-        if isinstance(agg, cls):
-            raise QueryRefused(f"{what} cannot be computed from per-batch partial results: {short(node)}; {ONLY}")
+    named = isinstance(agg, exp.Anonymous) and agg.name.lower() in UNSPLITTABLE_NAMES
+    what = UNSPLITTABLE_NAMES[agg.name.lower()] if named else next(
+        (_UNSPLITTABLE[cls] for cls in type(agg).__mro__ if cls in _UNSPLITTABLE), None)
+    if what == APPROX_PERCENTILE:
+        raise QueryRefused(f"{short(node)} is {what}; {ONLY}")
+    if what is not None:
+        raise QueryRefused(f"{what} cannot be computed from per-batch partial results: {short(node)}; {ONLY}")
     merged = _merge_of(agg, cond, split, node)
     split.seen[key] = merged
     return merged
