@@ -1,15 +1,17 @@
 """``airflow-iqp explain``: how a query is split into its per-batch step and its final step.
 
 Without ``--stream`` it checks the syntax and whether the query splits; with the streams
-(and ``--static`` tables) it also checks every table and column against their files.
-A query that cannot be split exits 2 with one line that says why.
+(and ``--static`` tables) it also checks every table and column against their files, reads
+each table's format from its files unless ``--format`` says it, and shows the types Spark
+gives the partial and result columns. A query that cannot be split exits 2 with one line
+that says why.
 """
 
 from __future__ import annotations
 
 import json
 
-from airflow_iqp.cli.query_args import add_query_args, saved_from_args
+from airflow_iqp.cli.query_args import add_query_args, read_query_args
 
 
 def add_parser(subparsers):
@@ -20,19 +22,31 @@ def add_parser(subparsers):
     return p
 
 
+def _columns(types: dict, names) -> str:
+    return ", ".join(f"{n} {types[n]}" if types.get(n) else n for n in names)
+
+
 def run(args) -> int:
     from airflow_iqp.query.model import show_types
+    from airflow_iqp.query.split import step_types
 
-    saved = saved_from_args(args, check_files=True)
+    saved, schemas = read_query_args(args, check_files=True)
     q = saved.query
+    partial, result = step_types(q, schemas) if schemas else ({}, {})
     if args.json:
-        print(json.dumps({k: v for k, v in q.to_dict().items() if k != "kind"}))
+        out = {k: v for k, v in q.to_dict().items() if k != "kind"}
+        print(json.dumps(out | {"formats": {s.name: s.format for s in saved.streams},
+                                "partial_types": partial, "types": result}))
         return 0
-    print(f"query {q.id}: streams {', '.join(q.streams)}; static tables {', '.join(q.static) or 'none'}")
+    streams = ", ".join(f"{s.name} ({s.format} files in {s.path})" for s in saved.streams) or ", ".join(q.streams)
+    print((f"query {q.id}: " if args.name else "") + f"streams {streams}; static tables {', '.join(q.static) or 'none'}")
     if q.single_batch:
-        print("cannot be split: runs as one batch after the window's end (allow_single_batch)")
+        print("cannot be split: runs as one batch after the window's end (--allow-single-batch)")
     print(f"\nper batch (over each batch's units):\n  {q.partial_sql}")
-    print(f"\nfinal, merge (over {{partials}}, the union of every batch's partial):\n  {show_types(q.merge_sql)}")
+    if any(partial.values()):
+        print(f"  partial columns: {_columns(partial, partial)}")
+    print(f"\nfinal, merge (over {{partials}}, the union of every batch's partial):\n  "
+          f"{show_types(q.merge_sql, partial)}")
     print(f"\nfinal, result (over {{merged}}):\n  {q.finish_sql}")
-    print(f"\ncolumns: {', '.join(q.columns)}" + ("  (ordered)" if q.ordered else ""))
+    print(f"\ncolumns: {_columns(result, q.columns)}" + ("  (ordered)" if q.ordered else ""))
     return 0

@@ -50,19 +50,23 @@ def _avg_type(sum_type: str) -> str:
     return f"decimal({min(38, p + 4)},{min(38, s + 4)})"
 
 
-def resolve_types(sql: str, types: Mapping[str, str]) -> str:
-    """Fill a merge step's type marks from the partials' column types (``simpleString``)."""
+def resolve_types(sql: str, types: Mapping[str, str | None], unknown: Callable[[re.Match], str] | None = None) -> str:
+    """Fill a merge step's type marks from the partials' column types (``simpleString``).
+    With ``unknown``, a mark whose column has no type becomes ``unknown(mark)``."""
     def fill(m: re.Match) -> str:
-        col_type = types[m.group(2)]
+        col_type = types.get(m.group(2)) if unknown else types[m.group(2)]
+        if col_type is None:
+            return unknown(m)
         return col_type if m.group(1) == "type_of" else _avg_type(col_type)
 
     return _TYPE_MARK.sub(fill, sql)
 
 
-def show_types(sql: str) -> str:
-    """A merge step's type marks as words, for ``explain``."""
-    return _TYPE_MARK.sub(lambda m: f"<type of {m.group(2)}>" if m.group(1) == "type_of"
-                          else f"<AVG type for {m.group(2)}>", sql)
+def show_types(sql: str, types: Mapping[str, str | None] = {}) -> str:
+    """A merge step's type marks, for ``explain``: filled where the partials' ``types`` are
+    known, as words where not."""
+    return resolve_types(sql, types, lambda m: f"<type of {m.group(2)}>" if m.group(1) == "type_of"
+                         else f"<AVG type for {m.group(2)}>")
 
 
 def lazy_sql(spark, text: str, **frames):

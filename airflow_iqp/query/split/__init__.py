@@ -37,7 +37,8 @@ CTEs), ``_refuse`` (the checks that refuse a query), ``_rewrite`` (each aggregat
 partial state and a merge; the expressions above the aggregation over the merged columns),
 ``_naming`` (the result's column names, as Spark gives them) and ``_steps`` (the three SQL
 steps). :func:`decompose` below runs them in order; import it and :class:`QueryRefused`
-from :mod:`airflow_iqp.query`.
+from :mod:`airflow_iqp.query`. ``_types`` gives the steps' column types from the tables'
+schemas, as Spark would (:func:`step_types`, for ``explain``).
 
 Pure Python (sqlglot only): runs when a DAG file is parsed.
 """
@@ -49,28 +50,39 @@ from typing import Mapping, Sequence
 import sqlglot.expressions as exp
 
 from airflow_iqp.query.model import Query
-from airflow_iqp.query.split._common import QueryRefused
+from airflow_iqp.query.split._common import ONE_BATCH, QueryRefused
 from airflow_iqp.query.split._naming import final_columns, output_name
 from airflow_iqp.query.split._refuse import (
     check_above, check_below, check_columns, check_tables, find_aggregation, refuse_nondeterminism,
 )
 from airflow_iqp.query.split._steps import build_steps, placeholders
 from airflow_iqp.query.split._tree import inline_ctes, parse, same_node
+from airflow_iqp.query.split._types import step_types
 
-__all__ = ["QueryRefused", "decompose"]
+__all__ = ["QueryRefused", "decompose", "step_types"]
 
 
 def decompose(sql: str, *, id: str, streams: Sequence[str] | None = None, static: Sequence[str] | None = None,
               schemas: Mapping[str, Mapping[str, str]] | None = None, allow_single_batch: bool = False,
-              title: str = "") -> Query:
+              title: str = "", one_batch: str = ONE_BATCH) -> Query:
     """Split ``sql`` into a :class:`Query`'s per-batch and final steps.
 
     ``streams`` and ``static`` name the tables the query may read (None: every table is a
     stream, for a syntax and split check without the data). ``schemas`` (table -> column
     -> type), when given, checks every column. A query that cannot be split raises
     :class:`QueryRefused`; with ``allow_single_batch`` it is returned as a single-batch
-    query instead (the whole query runs once, after the window's end).
+    query instead (the whole query runs once, after the window's end). A refusal's advice
+    names ``one_batch`` as the way to do that: ``cut=OneBatch()``, as a DAG file says it,
+    unless the caller has its own switch (the command line's ``--allow-single-batch``).
     """
+    try:
+        return _decompose(sql, id=id, streams=streams, static=static, schemas=schemas,
+                          allow_single_batch=allow_single_batch, title=title)
+    except QueryRefused as exc:
+        raise exc.pointing_to(one_batch) from None
+
+
+def _decompose(sql: str, *, id: str, streams, static, schemas, allow_single_batch: bool, title: str) -> Query:
     tree = parse(sql)
     tree, ctes = inline_ctes(tree)
     used_streams, used_static = check_tables(tree, streams, static, ctes)
