@@ -34,7 +34,8 @@ from airflow_iqp.errors import ConfigError, IQPError
 from airflow_iqp.paths import (  # noqa: F401  (DIR_MODE, FILE_MODE: re-exported for the layout's users)
     DIR_MODE, FILE_MODE, check_name, make_dirs, open_private, private_temp, restrict_tree,
 )
-from airflow_iqp.streams import TPCH, Stream, count_names, files_of, list_units
+from airflow_iqp.landing import count_names, list_units
+from airflow_iqp.streams import TPCH, Stream, files_of
 
 COST_HISTORY = "cost_history.jsonl"
 
@@ -193,12 +194,12 @@ def locked(dir_path: str | os.PathLike, name: str = ".lock") -> Iterator[None]:
 
 
 def list_ready_units(landing_dir: str | os.PathLike, streams: Sequence[Stream] = TPCH) -> list[Path]:
-    """The complete units of a landing directory, in arrival (name) order: :func:`airflow_iqp.streams.list_units`."""
+    """The complete units of a landing directory, in arrival (name) order: :func:`airflow_iqp.landing.list_units`."""
     return list_units(landing_dir, streams)
 
 
 def count_landed(landing_dir: str | os.PathLike) -> int:
-    """An upper bound of the units a landing directory holds, from one listing: :func:`airflow_iqp.streams.count_names`."""
+    """An upper bound of the units a landing directory holds, from one listing: :func:`airflow_iqp.landing.count_names`."""
     return count_names(landing_dir)
 
 
@@ -247,7 +248,7 @@ def note_seen(ws: WindowState, names: Iterable[str], now: float | None = None) -
 
 
 def claim_units(ws: WindowState, batch: int, units: Iterable[str | int], files: Iterable[str],
-                arrived: dict[str, float] | None = None) -> dict:
+                arrived: dict[str, float] | None = None, found: dict | None = None) -> dict:
     """Claim input units (and their files) for one batch of one window; return the manifest.
 
     The single claim function. Under an exclusive lock on the window's claims directory:
@@ -259,7 +260,9 @@ def claim_units(ws: WindowState, batch: int, units: Iterable[str | int], files: 
     * otherwise ``claims/batch-NNNN.json`` is written atomically (temp file + rename) as
       ``{"batch", "units", "files", "claimed_at"}`` and returned.
 
-    Units are stored as strings (the unit directory names, e.g. ``"000003"``).
+    Units are stored as strings (the unit directory names, e.g. ``"000003"``). ``found``:
+    what the check of the files found (:func:`airflow_iqp.filecheck.check_claim`: ``bad``,
+    ``quarantined``, ``checked``), recorded in the manifest with them.
     """
     units = [check_name(str(u), "units") for u in units]  # a unit name is one plain name, as listed
     files = [str(f) for f in files]
@@ -286,6 +289,7 @@ def claim_units(ws: WindowState, batch: int, units: Iterable[str | int], files: 
         manifest = {"batch": batch, "units": units, "files": files, "claimed_at": time.time()}
         if arrived is not None:  # when the provider first saw each unit (note_seen)
             manifest["arrived"] = {u: arrived[u] for u in units if u in arrived}
+        manifest.update(found or {})
         atomic_write_json(path, manifest)
         return manifest
 

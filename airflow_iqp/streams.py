@@ -8,6 +8,12 @@ A unit is either
   ``<stream>.<ext>`` (``unit="dir"``): streams that must arrive together, like the
   paper's orders with their lineitems.
 
+Where the files are found, and which window each belongs to, is the stream's layout: a
+directory per window (a templated ``path``), one flat directory (a plain ``path``), or
+Hive-style partitions named by the writer's clock (``partitions=``); a file of a flat or
+partitioned layout belongs to the window in which it arrived, its last-modified time.
+:mod:`airflow_iqp.landing` lists them.
+
 Names starting with ``.`` or ``_`` are still being written (or are a writer's markers,
 such as ``_SUCCESS``) and are never units; neither are ``.crc`` checksum files. Writers
 that do not rename atomically are covered by ``ready_marker`` (a directory unit is
@@ -24,10 +30,8 @@ Pure Python: no Airflow and no Spark import. Spark readers take a :class:`Stream
 
 from __future__ import annotations
 
-import fnmatch
 import os
-import posixpath
-import time
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -45,11 +49,22 @@ class Stream:
 
     ``name`` is the table name the query reads it by (in ``iqp_dag(streams={name: Stream(...)})``
     the key gives it). ``schema`` is Spark DDL (``"id BIGINT, ts TIMESTAMP"``); without it the
-    first unit's schema is taken and every later unit is checked against it. A unit whose
-    file is corrupt or does not match follows ``on_bad_unit``: ``"fail"`` (the batch fails,
-    naming the file; its claim stays, so a rerun after the file is replaced processes the
-    unit once) or ``"quarantine"`` (the batch goes on without it, the run's report names it
-    and the result is marked partial).
+    first unit's schema is taken and every later unit is checked against it, when a batch
+    claims it, before any Spark job (:mod:`airflow_iqp.filecheck`). A unit whose file is
+    corrupt or does not match follows ``on_bad_unit``: ``"quarantine"``, the default (the
+    batch goes on without it; the claim keeps it, so no later batch or window takes it; the
+    result is marked partial, and it and the run's report name it with its problem: an
+    on-time result without a bad file beats none), or ``"fail"`` (the batch fails, its
+    message's first line naming every bad file of the claim; the claim stays, so a rerun
+    after the files are replaced processes each unit once).
+
+    ``path`` is where the files land: templated with the window
+    (``.../{{ data_interval_start | ts_nodash }}``) for a directory per window, or a plain
+    directory or prefix that every window's files land in. ``partitions`` is a strftime
+    template (UTC) of Hive-style partitions under ``path`` named by the writer's clock,
+    such as ``"dt=%Y-%m-%d/hour=%H"``. In both of the last two, a file belongs to the window
+    in which it arrived (its last-modified time); ``window`` is that span, bound by the plan
+    for each window (:meth:`for_window`), never by a DAG author.
     """
 
     name: str = ""
@@ -61,7 +76,9 @@ class Stream:
     unit: str = "file"
     ready_marker: str | None = None
     min_age: float = 0.0
-    on_bad_unit: str = "fail"
+    on_bad_unit: str = "quarantine"
+    partitions: str | None = None
+    window: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.name and not self.name.replace("_", "").isalnum():
@@ -82,7 +99,31 @@ class Stream:
         if self.unit not in UNITS:
             raise ConfigError(f"stream {self.name}: unit must be 'file' or 'dir', got {self.unit!r}",
                               field=f"streams.{self.name}.unit")
+        if self.partitions is not None:
+            if not isinstance(self.partitions, str) or not STRFTIME_FIELD.search(self.partitions) \
+                    or self.partitions.startswith("/") or ".." in self.partitions.split("/"):
+                raise ConfigError(f"stream {self.name}: partitions is a strftime template of the partitions under "
+                                  f"path, such as 'dt=%Y-%m-%d/hour=%H', got {self.partitions!r}",
+                                  field=f"streams.{self.name}.partitions")
+            if self.templated:
+                raise ConfigError(f"stream {self.name}: give either a path templated per window or partitions= "
+                                  f"under a plain path, not both", field=f"streams.{self.name}.partitions")
+        if self.window is not None:
+            object.__setattr__(self, "window", (float(self.window[0]), float(self.window[1])))
         object.__setattr__(self, "options", dict(self.options))
+
+    @property
+    def templated(self) -> bool:
+        """The path names the window (a Jinja template): a directory per window."""
+        return "{{" in self.path or "{%" in self.path
+
+    def for_window(self, start: float, end: float, templated: bool | None = None) -> "Stream":
+        """This stream listed for one window: files that arrived in ``[start, end)`` (epoch
+        seconds), unless its landing path is templated per window (``templated``, by default
+        the stream's own path), whose directory holds the window's files whatever their times."""
+        if self.templated if templated is None else templated:
+            return self
+        return Stream.from_dict({**self.to_dict(), "window": (start, end)})
 
     @property
     def ext(self) -> str:
@@ -99,14 +140,18 @@ class Stream:
     def to_dict(self) -> dict:
         return {"name": self.name, "path": self.path, "format": self.format, "pattern": self.pattern,
                 "schema": self.schema, "options": dict(self.options), "unit": self.unit,
-                "ready_marker": self.ready_marker, "min_age": self.min_age, "on_bad_unit": self.on_bad_unit}
+                "ready_marker": self.ready_marker, "min_age": self.min_age, "on_bad_unit": self.on_bad_unit,
+                "partitions": self.partitions, "window": list(self.window) if self.window else None}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Stream":
         return cls(**{k: d[k] for k in _FIELDS if k in d})
 
 
-_FIELDS = ("name", "path", "format", "pattern", "schema", "options", "unit", "ready_marker", "min_age", "on_bad_unit")
+_FIELDS = ("name", "path", "format", "pattern", "schema", "options", "unit", "ready_marker", "min_age", "on_bad_unit",
+           "partitions", "window")
+#: One field of a strftime template, such as ``%H``.
+STRFTIME_FIELD = re.compile(r"%[a-zA-Z]")
 
 
 @dataclass(frozen=True)
@@ -167,128 +212,6 @@ def landing_of(streams: Sequence[Stream]) -> str:
 def is_hidden(name: str) -> bool:
     """In flight or a marker: ``.tmp-x``, ``_SUCCESS``, ``_temporary``, ``part-0.parquet.crc``."""
     return name.startswith((".", "_")) or name.endswith(".crc")
-
-
-def _unit_sort_key(name: str) -> tuple:
-    stem = name.split(".")[0]
-    return (0, int(stem), name) if stem.isdigit() else (1, 0, name)
-
-
-def _fs(path: str | os.PathLike):
-    import fsspec
-
-    return fsspec.core.url_to_fs(str(path))
-
-
-def _mtime(entry: Mapping) -> float:
-    """An fsspec listing entry's last change, in epoch seconds (local ``mtime``, object stores'
-    ``LastModified`` / ``mtime`` / ``updated``)."""
-    for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
-        v = entry.get(key)
-        if v is None:
-            continue
-        if hasattr(v, "timestamp"):
-            return v.timestamp()
-        if isinstance(v, str):
-            from datetime import datetime
-
-            return datetime.fromisoformat(v.replace("Z", "+00:00")).timestamp()
-        return float(v)
-    return 0.0
-
-
-def _ls(fs, path: str) -> list[dict]:
-    """The entries directly inside ``path``. An object store may list a key such as
-    ``landing/../x`` that resolves outside it, and a name may hold control characters: such
-    an entry is not a unit, and is left out with a warning (a unit name becomes part of the
-    state: claims, ``seen.json``, reports)."""
-    from airflow_iqp.paths import check_name
-
-    try:
-        entries = fs.ls(path, detail=True)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    parent = posixpath.normpath(str(path).rstrip("/") or "/")
-    inside = []
-    for e in entries:
-        name = str(e["name"]).rstrip("/")
-        base = posixpath.basename(name)
-        try:
-            if ".." in name.split("/") or posixpath.normpath(posixpath.dirname(name) or "/") != parent:
-                raise ConfigError("not inside the listed directory", field="unit")
-            if not is_hidden(base):
-                check_name(base, "unit")
-        except ConfigError as exc:
-            if base != "..":  # a store's pseudo-directory "..": nothing to say
-                import logging
-
-                logging.getLogger(__name__).warning("%s: listed entry %r ignored: %s", path, name, exc)
-            continue
-        inside.append(e)
-    return inside
-
-
-def _full(fs, name: str) -> str:
-    """A listed name as a path Spark and fsspec read again: plain for local files, with the
-    protocol for an object store."""
-    from fsspec.implementations.local import LocalFileSystem
-
-    return name if isinstance(fs, LocalFileSystem) else fs.unstrip_protocol(name)
-
-
-def _dir_unit(fs, entry: Mapping, streams: Sequence[Stream]) -> Unit | None:
-    inside = {posixpath.basename(e["name"].rstrip("/")): e for e in _ls(fs, entry["name"])}
-    marker = streams[0].ready_marker
-    if marker and marker not in inside:
-        return None
-    files: dict[str, tuple[str, ...]] = {}
-    for s in streams:
-        if s.pattern:
-            names = sorted(n for n, e in inside.items() if e["type"] == "file" and not is_hidden(n)
-                           and fnmatch.fnmatch(n, s.pattern))
-        else:
-            names = [f"{s.name}{s.ext}"] if inside.get(f"{s.name}{s.ext}", {}).get("type") == "file" else []
-        if not names:
-            return None
-        files[s.name] = tuple(_full(fs, inside[n]["name"]) for n in names)
-    changed = max([_mtime(e) for e in inside.values()] + [_mtime(entry)])
-    return Unit(posixpath.basename(entry["name"].rstrip("/")), _full(fs, entry["name"]), changed, files)
-
-
-def list_units(landing: str | os.PathLike, streams: Sequence[Stream] = TPCH, now: float | None = None) -> list[Unit]:
-    """The complete units of a landing directory, in name order (numeric names by number).
-
-    Directory units are complete when every stream has its file (or files matching its
-    pattern) and the ``ready_marker``, if any, is there; file units match the stream's
-    pattern. With ``min_age``, a unit that changed less than that long ago is not complete
-    yet. A missing landing directory has no units.
-    """
-    fs, root = _fs(landing)
-    entries = [e for e in _ls(fs, root) if not is_hidden(posixpath.basename(e["name"].rstrip("/")))]
-    if streams[0].unit == "dir":
-        units = [u for e in entries if e["type"] == "directory" and (u := _dir_unit(fs, e, streams)) is not None]
-    else:
-        s = streams[0]
-        units = [Unit(n, _full(fs, e["name"]), _mtime(e), {s.name: (_full(fs, e["name"]),)}) for e in entries
-                 if e["type"] == "file" and fnmatch.fnmatch(n := posixpath.basename(e["name"]), s.file_pattern)]
-    min_age = max(s.min_age for s in streams)
-    if min_age:
-        now = time.time() if now is None else now
-        units = [u for u in units if now - u.mtime >= min_age]
-    return sorted(units, key=lambda u: _unit_sort_key(u.name))
-
-
-def count_names(landing: str | os.PathLike) -> int:
-    """How many units a landing directory may hold, from one listing: at least
-    :func:`list_units`' count, far cheaper. Waits poll this, and list the units only once
-    enough names are there."""
-    if "://" in str(landing) and not str(landing).startswith("file://"):
-        fs, root = _fs(landing)
-        return sum(1 for e in _ls(fs, root) if not is_hidden(posixpath.basename(e["name"].rstrip("/"))))
-    try:
-        return sum(1 for name in os.listdir(landing) if not is_hidden(name))
-    except FileNotFoundError:
-        return 0
 
 
 def files_of(units: Iterable, streams: Sequence[Stream] = TPCH) -> list[str]:

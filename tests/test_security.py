@@ -31,7 +31,8 @@ from airflow_iqp.state import (
     WindowState, append_cost_history, atomic_write_json, batch_name, claim_units, make_dirs, note_seen,
     replace_dir, temp_sibling,
 )
-from airflow_iqp.streams import Stream, list_units
+from airflow_iqp.landing import list_units
+from airflow_iqp.streams import Stream
 from airflow_iqp.window.batch import Batch
 from tests.batches import make_batch
 

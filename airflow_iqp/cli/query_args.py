@@ -94,7 +94,8 @@ def read_query_args(args, *, check_files: bool):
     """(``Saved``, the tables' schemas: table -> column -> Spark type, or None without files)."""
     from airflow_iqp.query import decompose
     from airflow_iqp.query.store import Saved
-    from airflow_iqp.streams import Stream, file_schema, landing_of, list_units
+    from airflow_iqp.landing import list_units
+    from airflow_iqp.streams import Stream, file_schema, landing_of
 
     sql = args.sql if args.sql is not None else read_input(args.sql_file, "--sql-file")
     dirs = pairs(args.stream, "--stream")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from typing import Any, Sequence
 
 from airflow.sdk import BaseOperator
@@ -65,6 +66,10 @@ class BatchPlanOperator(BaseOperator):
         self.query_def = query if isinstance(query, Query) else None
         self.query = query.id if isinstance(query, Query) else query
         self.landing, self.static = landing, static
+        # Whether the landing path names the window (a directory per window) is a property
+        # of the path as written, before Airflow renders it: a plain path is a flat or
+        # partitioned layout, whose files belong to windows by their arrival.
+        self.per_window = "{{" in str(landing) or "{%" in str(landing)
         self.streams = tuple(streams) if streams else None
         self.state_dir = state_dir or config.state_dir()
         # QueryConfig's fields but the query, where it lands and the state directory.
@@ -92,6 +97,9 @@ class BatchPlanOperator(BaseOperator):
         state = IQPStateHook(cfg.state_dir)
         # What the batch and final jobs run: saved with this window's plan, loaded by the jobs.
         state.save_query(Saved(self.query_def or get_query(self.query), streams_of(cfg), cfg.static))
+        if not self.per_window:  # this window's files are those that arrived in it
+            bound = [s.for_window(start.timestamp(), end.timestamp(), templated=False) for s in streams_of(cfg)]
+            cfg = replace(cfg, streams=tuple(s.to_dict() for s in bound))
         wp = plan_window(cfg, start.timestamp(), end.timestamp(), (end + self._offset(context)).timestamp())
         self.log.info("plan\n%s", format_window_plan(wp))
         path = state.store_plan(wp)

@@ -21,6 +21,7 @@ from airflow_iqp.window.accounting import record_task_cpu
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.listing import is_transient
 from airflow_iqp.window.readiness import batch_ready, claim_batch, tail_started
+from airflow_iqp.window.replan import effective
 
 #: A deferred wait times out this long after the batch's deadline (:func:`wait_ends_by`):
 #: the trigger fires by then on its own, so only a triggerer that was not running it gets
@@ -142,6 +143,9 @@ class BatchReadySensor(BaseSensorOperator):
             return {"reason": reason}
         manifest = claim_batch(batch)  # the trigger's claim, re-read; or claimed now
         record_task_cpu(batch.window_state().root, context["ti"], "claim")
+        # The UI names the batch as the newest re-plan has it (its units, or why it was dropped).
+        batch = effective(batch)
+        self.batch = {**self.batch, "label": batch.label}
         self.log.info("%s: fired on %s, claimed %d units", batch.label, reason, len(manifest["units"]))
         if not manifest["units"]:
             raise AirflowSkipException(f"{batch.label}: nothing arrived that no earlier batch claimed")

@@ -10,7 +10,8 @@ from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.query.store import Saved, load_query, save_query
 from airflow_iqp.spark.submit import build_pyfiles_zip, job_path, run_submit, submit_args
 from airflow_iqp.state import WindowState, claim_units, read_json
-from airflow_iqp.streams import files_of, landing_of, list_units
+from airflow_iqp.landing import list_units
+from airflow_iqp.streams import files_of, landing_of
 
 
 def resolve_data(data: str | os.PathLike, static: str | os.PathLike | None = None) -> tuple[Path, Path | None]:

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_iqp.errors import IQPError
-from airflow_iqp.streams import Stream, Unit, count_names, list_units
+from airflow_iqp.landing import count_names, list_units
+from airflow_iqp.streams import Stream, Unit
 
 #: ``errno`` values of an I/O error that a later attempt may not meet: a stale NFS handle,
 #: an I/O error or timeout of a network mount, a directory briefly gone while a mount or an
@@ -79,7 +80,7 @@ class ListingCache:
     hammered while it is unwell.
 
     ``list_units`` and ``count_names`` are the listing functions (those of
-    :mod:`airflow_iqp.streams` by default); ``listings`` counts the real listings made.
+    :mod:`airflow_iqp.landing` by default); ``listings`` counts the real listings made.
     """
 
     #: Entries this much older than their freshness are dropped (the triggerer lives long).
@@ -97,12 +98,12 @@ class ListingCache:
         self.hits = 0
 
     def count(self, landing: str | os.PathLike, max_age: float) -> int:
-        """How many names the landing directory holds (:func:`~airflow_iqp.streams.count_names`)."""
+        """How many names the landing directory holds (:func:`~airflow_iqp.landing.count_names`)."""
         landing = os.fspath(landing)
         return self._get(("count", landing), max_age, lambda: self._count_names(landing))
 
     def units(self, landing: str | os.PathLike, streams: Sequence[Stream], max_age: float) -> list[Unit]:
-        """The complete units of the landing directory (:func:`~airflow_iqp.streams.list_units`)."""
+        """The complete units of the landing directory (:func:`~airflow_iqp.landing.list_units`)."""
         landing = os.fspath(landing)
         key = ("units", landing, json.dumps([s.to_dict() for s in streams], sort_keys=True))
         return list(self._get(key, max_age, lambda: tuple(self._list_units(landing, streams))))

@@ -114,12 +114,12 @@ CHECKPOINTS = 2
 
 def _checkpoint_entries(entries: list[Batch], window_start: float, window_end: float) -> list[Batch]:
     """A window of unknown total: the plan's batches and :data:`CHECKPOINTS` checkpoints, in
-    time order, then the last batch."""
+    the order their input is due (the time each label shows), then the last batch."""
     head, last = entries[:-1], entries[-1]
     length = window_end - window_start
     at = [window_start + length * (j + 1) / (CHECKPOINTS + 1) for j in range(CHECKPOINTS)]
     checks = [replace(last, last=False, spare=True, units=0, ready_ts=t, latest_start_ts=t) for t in at]
-    ordered = sorted(head + checks, key=lambda e: e.latest_start_ts) + [last]
+    ordered = sorted(head + checks, key=lambda e: (e.ready_ts, e.latest_start_ts)) + [last]
 
     def label(i: int, e: Batch) -> str:
         what = "checkpoint" if e.spare else f"{e.units} units" if not e.last else "the rest"

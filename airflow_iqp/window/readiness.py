@@ -7,14 +7,11 @@ import os
 import time
 from typing import Any
 
+from airflow_iqp.filecheck import check_claim
 from airflow_iqp.state import ClaimError, claim_units, count_landed, list_ready_units, note_seen, read_claims, read_json
 from airflow_iqp.streams import files_of
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.replan import effective, replan, replan_after
-
-#: The last batch gives units due at the window's end this long to land before it fires
-#: on time alone: firing a moment before them would leave them late for nothing.
-LAST_UNIT_GRACE_S = 2.0
 
 #: How often the fused tail's task looks at the landing directory while it waits, and a
 #: batch next in line at the gate looks for its turn: with tight deadlines a tenth of a
@@ -27,23 +24,25 @@ BEHIND_POLL_FACTOR = 10
 
 
 def fire_at(batch: Batch) -> float:
-    """When a batch fires on time alone: its latest safe start, and for the last batch not
-    before its planned ready time (the window's last arrival) plus :data:`LAST_UNIT_GRACE_S`.
-    The last batch of a window whose total is unknown fires at its ready time: the window's
-    end plus ``grace``."""
+    """When a batch fires on time alone: its latest safe start; the last batch at its ready
+    time, the window's end plus ``grace`` (and not before its turn).
+
+    The last batch fires then and only then, whatever has been counted: a window's count of
+    units (``Arrival(units=...)``) is a hint, and a count reached early (a bad file, a
+    writer's extra file) must not leave the files that arrive before the window's end
+    behind. Firing later would only spend the deadline's slack."""
     batch = effective(batch)
-    if batch.late or (batch.last and not batch.known_total):
+    if batch.late or batch.last:
         return max(batch.ready_ts, batch.turn_ts)
-    if batch.last:
-        return max(batch.latest_start_ts, batch.ready_ts + LAST_UNIT_GRACE_S, batch.turn_ts)
     return batch.latest_start_ts
 
 
 def batch_ready(batch: Batch, now: float, arrived: int | None = None, listing: Any = None) -> str | None:
     """Why the batch may start now, or None: the paper's dynamic rule, whichever comes first.
 
-    ``"units"``: its planned units have arrived (for the last batch, all of the window's)
-    and the batch before it has claimed; ``"time"``: its latest safe start has come
+    ``"units"``: its planned units have arrived and the batch before it has claimed (never
+    for the last batch, which claims what arrived by the window's end); ``"time"``: its
+    latest safe start has come, or for the last batch the window's end plus ``grace``
     (:func:`fire_at`). Never before the batch's turn on a shared cluster (``turn_ts``,
     see ``QueryConfig.ahead``).
 
@@ -62,16 +61,18 @@ def batch_ready(batch: Batch, now: float, arrived: int | None = None, listing: A
         return "skip" if _previous_decided(batch) else ("time" if now >= fire_at(batch) else None)
     if now >= fire_at(batch):
         return "time"
-    if batch.spare or batch.late or (batch.last and not batch.known_total):
-        return None  # a checkpoint, a late batch, and the last batch of an unknown total fire on time
-    needed = batch.expected_total if batch.last else batch.cumulative
+    if batch.spare or batch.late or batch.last:
+        return None  # a checkpoint, a late batch and the last batch fire on time
+    needed = batch.cumulative
     if arrived is None:
-        # Many tasks poll near the window's end: count the landing directory's entries
-        # (one listing) before the full, per-stream listing of complete units.
         count, units = (listing.count, listing.units) if listing is not None else (count_landed, list_ready_units)
-        if count(batch.landing) < needed:
+        streams = batch.stream_list()
+        # Many tasks poll near the window's end: a directory per window is counted (one
+        # listing) before the full, per-stream listing of complete units. A flat or
+        # partitioned layout holds other windows' files too: its units are listed at once.
+        if streams[0].window is None and not streams[0].partitions and count(batch.landing) < needed:
             return None
-        listed = units(batch.landing, batch.stream_list())
+        listed = units(batch.landing, streams)
         note_seen(batch.window_state(), [u.name for u in listed], now)
         arrived = len(listed)
     if arrived < needed:
@@ -193,6 +194,7 @@ def _claim_unclaimed(batch: Batch, ws, now: float | None) -> dict:
         run_now, _doc = replan(batch, len(taken), len(units), time.time() if now is None else now)
         if not run_now:
             units = []
-    return claim_units(ws, batch.index, [p.name for p in units], files_of(units, streams), arrived=seen)
+    found = check_claim(ws, streams, units) if units else None  # the files' check, before any Spark job
+    return claim_units(ws, batch.index, [p.name for p in units], files_of(units, streams), arrived=seen, found=found)
 
 

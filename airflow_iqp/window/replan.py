@@ -8,6 +8,7 @@ from airflow_iqp.planning.models import EmpiricalArrival, cost_model_from_dict, 
 from airflow_iqp.planning.planner import Plan, build_plan, plan_batches
 from airflow_iqp.state import WindowState, atomic_write_json, read_json
 from airflow_iqp.window.batch import Batch
+from airflow_iqp.window.config import clock
 
 REPLAN = "replan.json"
 #: The share of a window after which the rate seen so far estimates its total.
@@ -87,18 +88,25 @@ def replan(batch: Batch, claimed: int, arrived: int, now: float) -> tuple[bool, 
         cut_at = len(sizes) - len(slots)
         sizes = [sum(sizes[:cut_at])] + sizes[cut_at:]
     plan = build_plan(sizes, basis[0], cost, agg, basis[1], max(rel_deadline, basis[1])) if sizes else None
-    checkpoints = {e.index for e in planned if e.spare}
+    checkpoints = {e.index: e for e in planned if e.spare}
+    name = f"re-plan at {clock(now)} after batch {batch.index}"
     entries, cumulative = {}, base
     for j, idx in enumerate(slots):
+        head = f"batch {idx}/{last}"
         if plan is not None and j < len(sizes) - 1:
             b = plan.batches[j]
             cumulative += b.units
             entries[str(idx)] = {"skip": False, "spare": False, "units": b.units, "cumulative": cumulative,
-                                 "ready_ts": start + b.ready, "latest_start_ts": start + b.latest_start}
+                                 "ready_ts": start + b.ready, "latest_start_ts": start + b.latest_start,
+                                 "label": f"{head} · {b.units} units · ready {clock(start + b.ready)} ({name})"}
         elif idx in checkpoints:  # it looks again when its time comes
-            entries[str(idx)] = {"skip": False, "spare": True, "units": 0, "cumulative": cumulative}
+            entries[str(idx)] = {"skip": False, "spare": True, "units": 0, "cumulative": cumulative,
+                                 "label": f"{head} · checkpoint · ready {clock(checkpoints[idx].ready_ts)}"}
         else:
-            entries[str(idx)] = {"skip": True, "units": 0, "cumulative": cumulative}
+            why = (f"the rest fits {len(sizes)} batch{'es' if len(sizes) != 1 else ''}" if sizes
+                   else "nothing is left to claim")
+            entries[str(idx)] = {"skip": True, "units": 0, "cumulative": cumulative,
+                                 "label": f"{head} · dropped by the {name}: {why}"}
     entries[str(last)] = {"expected_total": total, "units": sizes[-1] if sizes else 0,
                           **({"latest_start_ts": start + plan.batches[-1].latest_start} if plan else {})}
     out = {"after": batch.index, "at": now, "expected_total": total, "ran": run_now,

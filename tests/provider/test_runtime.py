@@ -1,6 +1,7 @@
 """The provider's window logic (airflow_iqp.runtime), on real files, without Airflow processes."""
 
 import os
+import time
 
 import pytest
 
@@ -9,7 +10,7 @@ from tests.batches import make_batch
 from airflow_iqp.window.accounting import late_units
 from airflow_iqp.window.config import QueryConfig, window_id
 from airflow_iqp.window.plan import plan_window
-from airflow_iqp.window.readiness import LAST_UNIT_GRACE_S, batch_ready, claim_batch, fire_at
+from airflow_iqp.window.readiness import batch_ready, claim_batch, fire_at
 from airflow_iqp.state import (
     WindowState, append_cost_fit, append_cost_history, atomic_write_json, claim_units, note_seen, read_claims,
 )
@@ -60,21 +61,21 @@ def test_backfill_of_a_complete_window_is_one_batch(tmp_path):
 def test_readiness_lists_the_units_only_once_enough_names_are_there(tmp_path):
     from airflow_iqp.state import count_landed
 
-    c = cfg(tmp_path, units=4)
-    wp = plan_window(c, START, START + 4, START + 300, now=START)
-    last = wp.batches[-1]
+    c = cfg(tmp_path)
+    wp = plan_window(c, START, START + 240, START + 340, now=START)
+    first = wp.batches[0]
+    n = first.cumulative
+    assert len(wp.batches) > 1 and n > 1
     landing = tmp_path / "landing"
-    assert count_landed(landing) == 0 and batch_ready(last, START + 4) is None
-    land(landing, 3)
-    (landing / ".000003.tmp").mkdir()  # in flight: not counted
-    assert count_landed(landing) == 3 and batch_ready(last, START + 4) is None
-    (landing / "000003").mkdir()  # a name, but not a complete unit yet: counted, then listed
-    assert count_landed(landing) == 4 and batch_ready(last, START + 4) is None
+    assert count_landed(landing) == 0 and batch_ready(first, START + 1) is None
+    land(landing, n - 1)
+    (landing / f".{n - 1:06d}.tmp").mkdir()  # in flight: not counted
+    assert count_landed(landing) == n - 1 and batch_ready(first, START + 1) is None
+    (landing / f"{n - 1:06d}").mkdir()  # a name, but not a complete unit yet: counted, then listed
+    assert count_landed(landing) == n and batch_ready(first, START + 1) is None
     for f in ("orders.parquet", "lineitem.parquet"):
-        (landing / "000003" / f).write_bytes(b"x")
-    for b in wp.batches[:-1]:
-        claim_units(WindowState(c.state_dir, c.query, wp.window_id), b.index, [], [])
-    assert batch_ready(last, START + 4) == "units"
+        (landing / f"{n - 1:06d}" / f).write_bytes(b"x")
+    assert batch_ready(first, START + 1) == "units"
 
 
 def test_cost_model_comes_from_history_once_there_is_some(tmp_path):
@@ -100,14 +101,16 @@ def test_readiness_is_units_or_latest_start_whichever_first(tmp_path):
     WindowState(b1.state_dir, "cq2", b1.window_id).claim_path(1).parent.mkdir(parents=True)
     claim_batch(b1)
     assert batch_ready(b2, START + 1, arrived=240) == "units"
-    # The last batch needs the whole window.
+    # The last batch fires at the window's end plus grace, and only then: the count of
+    # units is a hint, and reaching it early does not fire it.
     last = wp.batches[-1]
-    assert batch_ready(last, START + 200, arrived=239) is None
-    # With no slack (ready == latest start: an infeasible, best-effort plan), the last batch
-    # still gives the units due at the window's end a moment to land before firing on time.
-    tight = last.with_(latest_start_ts=last.ready_ts)
-    assert batch_ready(tight, tight.ready_ts, arrived=239) is None
-    assert batch_ready(tight, tight.ready_ts + LAST_UNIT_GRACE_S, arrived=239) == "time"
+    assert batch_ready(last, START + 200, arrived=240) is None
+    assert batch_ready(last, last.ready_ts - 0.01, arrived=240) is None
+    assert last.ready_ts == START + 240 + last.grace
+    assert batch_ready(last, last.ready_ts, arrived=3) == "time"
+    # Not later when its plan has slack after the window's end, nor earlier when it has none.
+    assert fire_at(last.with_(latest_start_ts=last.ready_ts + 30)) == last.ready_ts
+    assert fire_at(last.with_(latest_start_ts=last.ready_ts - 30)) == last.ready_ts
     # A batch before the last fires at its latest start, slack or not.
     assert batch_ready(b1.with_(latest_start_ts=b1.ready_ts), b1.ready_ts, arrived=0) == "time"
 
@@ -229,16 +232,20 @@ def test_the_fused_tail_starts_its_lead_before_the_end_then_waits_in_process_and
     landing = tmp_path / "landing"
     land(landing, 4)
     before = {u for b in mapped + list(tail.before) for u in claim_batch(b)["units"]}  # earlier batches claim
-    # The last two units land while the final task waits (each poll is a real sleep's place).
+    # The last two units land while the final task waits for the window's end (here half a
+    # second away); it claims them at that time.
     polls = []
 
-    def sleep(_s):
+    def sleep(s):
         polls.append(1)
         if len(polls) == 3:
             land(landing, 2, first=4)
+        time.sleep(min(s, 0.05))
 
-    manifest = wait_and_claim(tail.with_(ready_ts=START + 10_000, latest_start_ts=START + 10_000), sleep=sleep)
-    assert len(polls) == 3 and manifest["units"] == [f"{i:06d}" for i in range(6) if f"{i:06d}" not in before]
+    at = time.time() + 0.5
+    manifest = wait_and_claim(tail.with_(ready_ts=at, latest_start_ts=at), sleep=sleep)
+    assert time.time() >= at and len(polls) >= 3
+    assert manifest["units"] == [f"{i:06d}" for i in range(6) if f"{i:06d}" not in before]
     claims = read_claims(WindowState(c.state_dir, c.query, wp.window_id))
     every = [u for m in claims.values() for u in m["units"]]
     assert sorted(every) == [f"{i:06d}" for i in range(6)] and len(every) == len(set(every))
@@ -268,7 +275,7 @@ def test_a_before_batch_not_claimed_by_the_window_end_leaves_its_units_to_the_la
         fold_into_tail(entry, tail, tail.ready_ts)
     ws = WindowState(c.state_dir, c.query, wp.window_id)
     assert fold_into_tail(late, tail, tail.ready_ts + 5) is None  # claimed already: a retry changes nothing
-    manifest = wait_and_claim(tail)
+    manifest = wait_and_claim(tail.with_(ready_ts=time.time()))  # the window's end has come
     assert manifest["units"] == [f"{i:06d}" for i in range(first.cumulative, 6)]
     assert [len(read_claims(ws)[b.index]["units"]) for b in tail.before[1:]] == [0] * (len(tail.before) - 1)
 
@@ -294,7 +301,7 @@ def test_dispatch_is_planned_per_batch_and_a_fused_tail_dispatches_before_the_en
         assert earlier[-1].latest_start_ts + earlier[-1].cost <= last.latest_start_ts + 1e-6
         assert all(b.ready_ts <= START + 240 - startup for b in earlier)
         # Its input is complete only at the window's end: it never fires on time before then.
-        assert last.ready_ts == START + 240 and fire_at(last) >= START + 240 + LAST_UNIT_GRACE_S
+        assert last.ready_ts == START + 240 and fire_at(last) >= START + 240
         assert batch_ready(last, START + 240 - 1, arrived=0) is None
     with pytest.raises(ConfigError, match="dispatch"):
         cfg(tmp_path, dispatch=-1)

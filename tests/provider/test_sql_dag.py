@@ -24,7 +24,8 @@ def test_a_sql_dag_plans_with_the_split_query_and_its_streams():
     assert plan.query_def.columns == ("country", "revenue") and plan.landing == "/data/events/{{ ds }}"
     assert plan.streams == ({"name": "events", "path": "/data/events/{{ ds }}", "format": "parquet",
                              "pattern": None, "schema": None, "options": {}, "unit": "file", "ready_marker": None,
-                             "min_age": 0.0, "on_bad_unit": "fail"},)
+                             "min_age": 0.0, "on_bad_unit": "quarantine", "partitions": None,
+                            "window": None},)
     assert "```sql" in dag.doc_md
 
 

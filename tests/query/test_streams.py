@@ -15,7 +15,8 @@ from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.query import decompose
 from airflow_iqp.query.store import Saved
 from airflow_iqp.spark.steps import expected_columns, inspect_files
-from airflow_iqp.streams import TPCH, Stream, as_streams, count_names, files_of, list_units
+from airflow_iqp.landing import count_names, list_units
+from airflow_iqp.streams import TPCH, Stream, as_streams, files_of
 
 
 def _parquet(path: Path, **cols) -> Path:
@@ -129,13 +130,13 @@ def window(tmp_path) -> Path:
 def test_fail_mode_names_the_corrupt_file(window):
     files = [str(window / "1.parquet"), str(window / "3.parquet")]
     with pytest.raises(DataError, match=r"3\.parquet: not a readable parquet file for stream events"):
-        inspect_files(files, _saved(Stream("events")))
+        inspect_files(files, _saved(Stream("events", on_bad_unit="fail")))
 
 
 def test_fail_mode_names_the_wrong_schema_file_and_the_mismatch(window):
     for name, why in (("4.parquet", "column x is missing"), ("5.parquet", "column x is double, expected BIGINT")):
         with pytest.raises(DataError, match=f"{name}: wrong schema for stream events: {why}"):
-            inspect_files([str(window / "1.parquet"), str(window / name)], _saved(Stream("events")))
+            inspect_files([str(window / "1.parquet"), str(window / name)], _saved(Stream("events", on_bad_unit="fail")))
 
 
 def test_quarantine_mode_takes_the_bad_units_out_and_names_them(window):
@@ -152,7 +153,7 @@ def test_the_first_units_schema_is_recorded_and_binds_later_batches(window, tmp_
     # A later batch whose first file has another schema is still checked against the record.
     assert expected_columns(Stream("events"), str(window / "5.parquet"), record) == {"k": "STRING", "x": "BIGINT"}
     with pytest.raises(DataError, match="5.parquet: wrong schema"):
-        inspect_files([str(window / "5.parquet")], _saved(Stream("events")), record)
+        inspect_files([str(window / "5.parquet")], _saved(Stream("events", on_bad_unit="fail")), record)
 
 
 def test_a_corrupt_file_leading_a_batch_is_quarantined_not_taken_for_the_columns(window, tmp_path):
@@ -181,13 +182,13 @@ def test_csv_and_json_units_are_parsed_with_the_expected_types(tmp_path):
     d.mkdir()
     (d / "1.csv").write_text("k,x\na,1\nb,2\n")
     (d / "2.csv").write_text("k,x\na,three\n")
-    stream = Stream("events", format="csv", schema="k STRING, x BIGINT")
+    stream = Stream("events", format="csv", schema="k STRING, x BIGINT", on_bad_unit="fail")
     assert inspect_files([str(d / "1.csv")], _saved(stream)).infos[0].rows == 2
-    with pytest.raises(DataError, match=r"2\.csv: not a readable csv file"):
+    with pytest.raises(DataError, match=r"2\.csv: wrong schema for stream events: column x has 'three', expected BIGINT"):
         inspect_files([str(d / "2.csv")], _saved(stream))
     (d / "3.json").write_text('{"k": "a", "x": 1}\n{"k": "b", "x": 2}\n')
     (d / "4.json").write_text('{"k": "a", "x": 1}\n{"k": ')
-    js = Stream("events", format="json", schema="k STRING, x BIGINT")
+    js = Stream("events", format="json", schema="k STRING, x BIGINT", on_bad_unit="fail")
     assert inspect_files([str(d / "3.json")], _saved(js)).infos[0].rows == 2
     with pytest.raises(DataError, match=r"4\.json: not a readable json file"):
         inspect_files([str(d / "4.json")], _saved(js))

@@ -168,7 +168,8 @@ def test_calibrate_cli_errors_name_the_option(tpch_dir, tmp_path):
 def _saved_window(spark, saved, events_dir, k, out) -> WindowState:
     """A window of the event stream through the jobs' own functions, the query saved in the state."""
     from airflow_iqp.query.store import save_query
-    from airflow_iqp.streams import files_of, list_units
+    from airflow_iqp.landing import list_units
+    from airflow_iqp.streams import files_of
 
     ws = WindowState(out, saved.query.id, "w0")
     save_query(out, saved)

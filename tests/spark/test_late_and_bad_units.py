@@ -18,7 +18,8 @@ from airflow_iqp.spark.batch_job import execute_batch
 from airflow_iqp.spark.final_job import execute_final, execute_late
 from airflow_iqp.spark.tail import execute_tail
 from airflow_iqp.state import WindowState, claim_units, read_json
-from airflow_iqp.streams import Stream, files_of, list_units
+from airflow_iqp.landing import list_units
+from airflow_iqp.streams import Stream, files_of
 
 pytestmark = pytest.mark.spark
 

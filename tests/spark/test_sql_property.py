@@ -26,7 +26,8 @@ from airflow_iqp.query import Query, decompose
 from airflow_iqp.query.store import Saved
 from airflow_iqp.spark.steps import run_batch, run_final, write_atomic
 from airflow_iqp.spark.window import split_consecutive
-from airflow_iqp.streams import Stream, files_of, list_units
+from airflow_iqp.landing import list_units
+from airflow_iqp.streams import Stream, files_of
 
 pytestmark = pytest.mark.spark
 

@@ -99,3 +99,18 @@ def test_bad_settings_and_a_run_without_a_window_name_what_to_fix(tmp_path):
     with pytest.raises(ConfigError) as err:
         planner(tmp_path).execute(context(start=START, end=START))
     assert err.value.field == "data_interval"
+
+
+def test_a_plain_landing_path_binds_the_window_to_the_streams_and_a_templated_one_does_not(tmp_path):
+    from airflow_iqp.streams import Stream
+
+    flat = Stream("events", path=str(tmp_path / "landing"), format="csv")
+    for landing, bound in ((str(tmp_path / "landing"), True), (str(tmp_path) + "/{{ ts_nodash }}", False)):
+        ti = TI("plan")
+        op = BatchPlanOperator(task_id="plan", query="cq2", landing=landing, state_dir=str(tmp_path / "state"),
+                               streams=[flat.to_dict()], deadline_offset=dt.timedelta(seconds=100),
+                               arrival=Arrival(units=10, rate=1.0), cut=Algorithm1(**COSTS))
+        op.landing = str(tmp_path / "landing")  # as Airflow renders it
+        entries = op.execute(context(ti, end=START + WINDOW))
+        windows = {tuple(s["window"]) if s["window"] else None for e in entries for s in e["streams"]}
+        assert windows == ({(START.timestamp(), (START + WINDOW).timestamp())} if bound else {None})

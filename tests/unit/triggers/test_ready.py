@@ -13,7 +13,7 @@ import pytest
 from airflow.triggers.base import TriggerEvent
 
 from airflow_iqp.state import claim_units, read_json
-from airflow_iqp.streams import count_names, list_units
+from airflow_iqp.landing import count_names, list_units
 from airflow_iqp.triggers.ready import BatchReadyTrigger, wait_ends_by
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.listing import ListingCache

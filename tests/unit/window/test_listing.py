@@ -11,7 +11,8 @@ import pytest
 
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.state import ClaimError, WindowState, claim_units
-from airflow_iqp.streams import Stream, count_names, list_units
+from airflow_iqp.landing import count_names, list_units
+from airflow_iqp.streams import Stream
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.listing import ListingCache, is_transient
 

@@ -1,0 +1,190 @@
+"""Where files land and which window each belongs to: a directory per window, a flat
+directory, Hive-style partitions of the writer's clock (no Spark, no Airflow)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.landing import PARTITION_SEP, list_units, partitions_between
+from airflow_iqp.state import WindowState, read_claims
+from airflow_iqp.streams import Stream
+from airflow_iqp.window.accounting import late_units
+from airflow_iqp.window.config import QueryConfig
+from airflow_iqp.window.plan import plan_window, store_plan
+from airflow_iqp.window.readiness import batch_ready, claim_batch
+
+T0 = dt.datetime(2027, 3, 1, 9, 58, tzinfo=dt.timezone.utc).timestamp()  # windows of 2 minutes from here
+W = 120.0
+
+
+def drop(directory: Path, name: str, at: float) -> Path:
+    """A file as a writer leaves it: written, then its last-modified time is when it arrived."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text("user,page\n1,a\n")
+    os.utime(path, (at, at))
+    return path
+
+
+def names(units) -> list[str]:
+    return [u.name for u in units]
+
+
+def test_a_flat_directory_gives_each_file_to_the_window_it_arrived_in(tmp_path):
+    rng = random.Random(7)
+    arrivals = {f"click-{i:03d}.csv": T0 + rng.uniform(0, 3 * W) for i in range(60)}
+    arrivals["edge.csv"] = T0 + W            # on the boundary: the later window's
+    for name, at in arrivals.items():
+        drop(tmp_path, name, at)
+    drop(tmp_path, ".inflight.csv", T0 + 10)  # still being written
+    stream = Stream("clicks", path=str(tmp_path), format="csv")
+    seen: list[str] = []
+    for k in range(3):
+        start, end = T0 + k * W, T0 + (k + 1) * W
+        units = list_units(tmp_path, (stream.for_window(start, end),))
+        assert all(start <= u.mtime < end for u in units)
+        assert [u.mtime for u in units] == sorted(u.mtime for u in units)  # arrival order
+        seen += names(units)
+    assert sorted(seen) == sorted(arrivals)            # every file in exactly one window
+    assert "edge.csv" in names(list_units(tmp_path, (stream.for_window(T0 + W, T0 + 2 * W),)))
+    assert len(list_units(tmp_path, (stream,))) == len(arrivals)  # no window bound: everything
+
+
+def test_a_templated_path_is_a_directory_per_window_whatever_the_files_times(tmp_path):
+    stream = Stream("clicks", path=str(tmp_path) + "/{{ data_interval_start | ts_nodash }}", format="csv")
+    assert stream.templated and stream.for_window(T0, T0 + W) is stream
+    drop(tmp_path / "w1", "old.csv", T0 - 10 * W)
+    assert names(list_units(tmp_path / "w1", (stream.for_window(T0, T0 + W),))) == ["old.csv"]
+    # A plain path listed for a window of a templated landing stays unbound too.
+    plain = Stream("clicks", path=str(tmp_path / "w1"), format="csv")
+    assert plain.for_window(T0, T0 + W, templated=True).window is None
+
+
+def test_hive_partitions_of_the_writers_clock_map_to_windows_that_span_them(tmp_path):
+    template = "dt=%Y-%m-%d/hour=%H"
+    stream = Stream("clicks", path=str(tmp_path), format="csv", partitions=template)
+    # The writer names a partition by its own clock: a file written just before 10:00 lands
+    # in hour=09, one just after in hour=10; one window spans both.
+    arrivals = {"a.csv": T0 + 30, "b.csv": T0 + 115, "c.csv": T0 + 125, "d.csv": T0 + 200, "e.csv": T0 + 400}
+    for name, at in arrivals.items():
+        part = dt.datetime.fromtimestamp(at, dt.timezone.utc).strftime(template)
+        drop(tmp_path / part, name, at)
+    # The same file name in two partitions is two units.
+    drop(tmp_path / "dt=2027-03-01" / "hour=10", "a.csv", T0 + 150)
+    w1 = list_units(tmp_path, (stream.for_window(T0, T0 + W),))
+    w2 = list_units(tmp_path, (stream.for_window(T0 + W, T0 + 2 * W),))
+    assert names(w1) == [f"dt=2027-03-01{PARTITION_SEP}hour=09{PARTITION_SEP}a.csv",
+                         f"dt=2027-03-01{PARTITION_SEP}hour=09{PARTITION_SEP}b.csv"]
+    assert names(w2) == [f"dt=2027-03-01{PARTITION_SEP}hour=10{PARTITION_SEP}{n}" for n in ("c.csv", "a.csv", "d.csv")]
+    assert w2[0].files == {"clicks": (str(tmp_path / "dt=2027-03-01" / "hour=10" / "c.csv"),)}
+    # Unbound (explain, run-window): every partition there is.
+    assert len(list_units(tmp_path, (stream,))) == 6
+    # A writer whose clock runs behind the store's still has its files found.
+    drop(tmp_path / "dt=2027-03-01" / "hour=09", "skewed.csv", T0 + W + 5)
+    later = names(list_units(tmp_path, (stream.for_window(T0 + W, T0 + 2 * W),)))
+    assert f"dt=2027-03-01{PARTITION_SEP}hour=09{PARTITION_SEP}skewed.csv" in later
+
+
+def test_partitions_between_steps_by_the_templates_finest_field():
+    assert partitions_between("dt=%Y-%m-%d/hour=%H", T0, T0 + 3 * 3600) == [
+        "dt=2027-03-01/hour=09", "dt=2027-03-01/hour=10", "dt=2027-03-01/hour=11", "dt=2027-03-01/hour=12"]
+    assert partitions_between("%Y%m%d", T0, T0 + 60) == ["20270301"]
+    assert len(partitions_between("m=%M", T0, T0 + 600)) == 11
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"partitions": "daily"}, "streams.clicks.partitions"),
+    ({"partitions": "/dt=%Y"}, "streams.clicks.partitions"),
+    ({"partitions": "dt=%Y", "path": "/x/{{ ds }}"}, "streams.clicks.partitions"),
+])
+def test_a_bad_partition_template_names_the_field(kwargs, field):
+    with pytest.raises(ConfigError) as info:
+        Stream(**{"name": "clicks", "path": "/x", **kwargs})
+    assert info.value.field == field
+
+
+# --------------------------------------------------------------------- claims across windows
+
+
+def flat_cfg(tmp_path, **over) -> QueryConfig:
+    stream = Stream("clicks", path=str(tmp_path / "landing"), format="csv")
+    base = dict(query="clicks", landing=str(tmp_path / "landing"), state_dir=str(tmp_path / "state"),
+                streams=(stream.to_dict(),), units=None, rate=0.1,
+                cost_hint={"kind": "linear", "per_unit": 0.1, "per_batch": 5.0},
+                final_agg_hint={"kind": "linear", "base": 5.0, "per_batch": 0.5})
+    return QueryConfig(**{**base, **over})
+
+
+def bound(cfg: QueryConfig, start: float, end: float) -> QueryConfig:
+    """What the plan task does for a plain landing path: the window's span bound to its streams."""
+    from dataclasses import replace
+
+    streams = tuple(Stream.from_dict(s).for_window(start, end).to_dict() for s in cfg.streams)
+    return replace(cfg, streams=streams)
+
+
+def test_each_file_of_a_flat_directory_is_claimed_once_across_consecutive_windows(tmp_path):
+    landing = tmp_path / "landing"
+    rng = random.Random(3)
+    arrivals = sorted(T0 + rng.uniform(0, 3 * W) for _ in range(30))
+    for i, at in enumerate(arrivals):
+        drop(landing, f"c-{i:02d}.csv", at)
+    claimed: list[str] = []
+    for k in range(3):
+        start, end = T0 + k * W, T0 + (k + 1) * W
+        wp = plan_window(bound(flat_cfg(tmp_path), start, end), start, end, end + 60, now=start)
+        store_plan(wp)
+        last = wp.batches[-1]
+        assert batch_ready(last, end + last.grace) == "time"
+        for b in wp.batches:  # every batch fires by the window's end; the last claims the rest
+            claim_batch(b, now=end)
+        claims = read_claims(WindowState(tmp_path / "state", "clicks", wp.window_id))
+        window_units = [u for m in claims.values() for u in m["units"]]
+        assert window_units == [f"c-{i:02d}.csv" for i, at in enumerate(arrivals) if start <= at < end]
+        claimed += window_units
+    assert sorted(claimed) == [f"c-{i:02d}.csv" for i in range(30)]
+
+
+def test_a_file_that_arrived_in_a_window_but_shows_up_after_its_last_claim_is_that_windows_late_data(tmp_path):
+    landing = tmp_path / "landing"
+    drop(landing, "early.csv", T0 + 10)
+    cfg1 = bound(flat_cfg(tmp_path, units=1), T0, T0 + W)
+    wp1 = plan_window(cfg1, T0, T0 + W, T0 + W + 60, now=T0)
+    for b in wp1.batches:
+        claim_batch(b, now=T0 + W)
+    # Renamed into place after the claim, with the time it was written (inside window 1).
+    drop(landing, "slow-writer.csv", T0 + W - 1)
+    assert late_units(wp1.batches[-1], T0)["units"] == ["slow-writer.csv"]
+    # The next window never takes it.
+    cfg2 = bound(flat_cfg(tmp_path, units=1), T0 + W, T0 + 2 * W)
+    wp2 = plan_window(cfg2, T0 + W, T0 + 2 * W, T0 + 2 * W + 60, now=T0 + W)
+    for b in wp2.batches:
+        claim_batch(b, now=T0 + 2 * W)
+    claims2 = read_claims(WindowState(tmp_path / "state", "clicks", wp2.window_id))
+    assert [u for m in claims2.values() for u in m["units"]] == []
+
+
+def test_units_is_a_hint_the_last_batch_claims_every_file_that_arrived_past_the_count(tmp_path):
+    landing = tmp_path / "landing"
+    cfg = bound(flat_cfg(tmp_path, units=4, rate=4 / W), T0, T0 + W)
+    wp = plan_window(cfg, T0, T0 + W, T0 + W + 60, now=T0)
+    last = wp.batches[-1]
+    for i in range(4):  # the count is reached early ...
+        drop(landing, f"c-{i}.csv", T0 + 5 + i)
+    for b in wp.batches[:-1]:
+        claim_batch(b, now=T0 + 10)
+    assert batch_ready(last, T0 + 20) is None and batch_ready(last, T0 + W - 1) is None
+    for i in range(4, 7):  # ... and more files land before the window's end
+        drop(landing, f"c-{i}.csv", T0 + 60 + i)
+    assert batch_ready(last, T0 + W + cfg.grace) == "time"
+    claim_batch(last, now=T0 + W)
+    claims = read_claims(WindowState(tmp_path / "state", "clicks", wp.window_id))
+    every = sorted(u for m in claims.values() for u in m["units"])
+    assert every == [f"c-{i}.csv" for i in range(7)]
+    assert {"c-4.csv", "c-5.csv", "c-6.csv"} <= set(claims[last.index]["units"])
