@@ -8,7 +8,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.models import (
     CostModel, FinalAggCost, PiecewiseLinearFinalAgg, cost_model_from_dict, final_agg_from_dict,
     fit_piecewise_linear, plus_fixed, scaled,
@@ -67,9 +66,13 @@ def observed_counts(cfg: QueryConfig, before: float | None = None) -> list[int]:
     return counts
 
 
-def expected_units(cfg: QueryConfig, window_len: float, now: float | None = None) -> tuple[int, str]:
+def expected_units(cfg: QueryConfig, window_len: float, now: float | None = None, present: int = 0,
+                   elapsed: float = 0.0) -> tuple[int, str]:
     """Units expected in a window, and whence: ``units=``, else the median of earlier
-    windows' observed counts, else the ``rate`` hint over the window."""
+    windows' observed counts, else the ``rate`` hint over the window, else (a first window
+    with no hint) the ``present`` units at the rate they came in the ``elapsed`` seconds of
+    the window, at least one. Nothing needs to be given: without units the checkpoints
+    estimate again as the window goes on, and the last batch takes all that arrived."""
     if cfg.units is not None:
         return cfg.units, "units"
     counts = [c for c in observed_counts(cfg, now) if c > 0]
@@ -77,8 +80,9 @@ def expected_units(cfg: QueryConfig, window_len: float, now: float | None = None
         return max(1, round(statistics.median(counts))), f"median of {len(counts)} earlier windows"
     if cfg.rate:
         return max(1, math.ceil(cfg.rate * window_len)), "rate hint"
-    raise ConfigError("the number of units per window is unknown and there is no history yet: give units= "
-                      "or a rate= hint (units per second)", "units")
+    if present and elapsed > 0:
+        return max(1, math.ceil(present * window_len / min(elapsed, window_len))), "the rate so far, no history yet"
+    return max(1, present), "the units present, no history yet"
 
 
 def _overhead(cost: CostModel) -> float:

@@ -60,7 +60,8 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
         backfill, estimate = now >= window_end and arrived >= cfg.units, ""
     else:  # a total that is not known: estimated, and checked at every batch (replan)
         backfill = now >= window_end + cfg.grace and arrived > 0
-        total, source = (arrived, "the units present") if backfill else expected_units(cfg, length, now)
+        total, source = (arrived, "the units present") if backfill else \
+            expected_units(cfg, length, now, present=arrived, elapsed=now - window_start)
         cfg = replace(cfg, units=total)
         estimate = f"; {total} units expected ({source})"
     if cfg.ahead and not cfg.ahead < deadline - window_end:

@@ -52,8 +52,18 @@ def test_the_estimate_is_the_median_of_earlier_windows_else_the_rate_hint(tmp_pa
     history(tmp_path / "state", [40, 70, 50])
     assert expected_units(c, 120) == (50, "median of 3 earlier windows")
     assert expected_units(cfg(tmp_path, units=9), 120) == (9, "units")
-    with pytest.raises(ConfigError, match="give units= or a rate= hint"):
-        expected_units(cfg(tmp_path / "none", rate=None), 120)
+    # A first window with no hint at all: the units present so far at the rate they came.
+    first = cfg(tmp_path / "none", rate=None)
+    assert expected_units(first, 120) == (1, "the units present, no history yet")
+    assert expected_units(first, 120, present=5, elapsed=30) == (20, "the rate so far, no history yet")
+    assert expected_units(first, 120, present=5, elapsed=300) == (5, "the rate so far, no history yet")
+
+
+def test_a_first_window_without_units_rate_or_history_is_planned_from_what_has_arrived(tmp_path):
+    land(tmp_path / "landing", ["a.csv", "b.csv", "c.csv"], START + 5)
+    wp = plan_window(cfg(tmp_path, rate=None), START, START + 120, START + 150, now=START + 30)
+    assert "12 units expected (the rate so far, no history yet)" in wp.models
+    assert wp.batches[-1].last and wp.batches[-1].ready_ts == START + 125
 
 
 def test_an_unknown_total_maps_checkpoints_and_a_last_batch_at_the_end_plus_grace(tmp_path):
