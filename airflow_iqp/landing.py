@@ -107,11 +107,13 @@ def _safe(path: str, name: str) -> bool:
     return True
 
 
-def _entries(path: str, wanted=None) -> list[_Entry]:
+def _entries(path: str, wanted=None, span: tuple[float, float] | None = None) -> list[_Entry]:
     """The visible entries directly inside ``path`` (none if it is missing).
 
     ``wanted(name, is_dir)`` picks the entries worth a ``stat`` before it is made: in a
-    flat directory of many files only those matching the stream's pattern are.
+    flat directory of many files only those matching the stream's pattern are. With
+    ``span``, only entries last changed in ``[start, end)`` are kept, before anything else
+    is made of them: a flat directory's older files cost a ``stat`` each and no more.
     """
     if _is_local(path):
         local = os.path.abspath(_local(path))
@@ -127,6 +129,8 @@ def _entries(path: str, wanted=None) -> list[_Entry]:
                             continue
                         mtime = e.stat().st_mtime
                     except FileNotFoundError:  # renamed or removed while listed
+                        continue
+                    if span is not None and not span[0] <= mtime < span[1]:
                         continue
                     if _safe(local, e.name):
                         out.append(_Entry(e.name, os.path.join(local, e.name), is_dir, mtime))
@@ -150,8 +154,11 @@ def _entries(path: str, wanted=None) -> list[_Entry]:
             _warn_unsafe(root, full, "not inside the listed directory")
             continue
         is_dir = e["type"] == "directory"
-        if (wanted is None or wanted(base, is_dir)) and _safe(root, base):
-            out.append(_Entry(base, fs.unstrip_protocol(full), is_dir, _mtime(e)))
+        if wanted is not None and not wanted(base, is_dir):
+            continue
+        mtime = _mtime(e)
+        if (span is None or span[0] <= mtime < span[1]) and _safe(root, base):
+            out.append(_Entry(base, fs.unstrip_protocol(full), is_dir, mtime))
     return out
 
 
@@ -194,7 +201,7 @@ def _units_in(path: str, streams: Sequence[Stream], prefix: str = "") -> list[Un
                 if (u := _dir_unit(e, streams, prefix + e.name)) is not None]
     pattern = s.file_pattern
     return [Unit(prefix + e.name, e.path, e.mtime, {s.name: (e.path,)})
-            for e in _entries(path, lambda n, is_dir: not is_dir and fnmatch.fnmatch(n, pattern))]
+            for e in _entries(path, lambda n, is_dir: not is_dir and fnmatch.fnmatch(n, pattern), s.window)]
 
 
 def partition_step(template: str) -> float:
