@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -21,10 +22,11 @@ from typing import Any
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook, Connection
-from airflow.sdk.exceptions import AirflowNotFoundException
+from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_iqp import config
-from airflow_iqp.errors import ConfigError
+from airflow_iqp.errors import ConfigError, DataError, IQPError
+from airflow_iqp.spark.batch_job import JOB_ERROR_VAR
 from airflow_iqp.spark.connect import CONNECT_MODE_VAR, client_url
 from airflow_iqp.spark.submit import build_pyfiles_zip, spark_submit_binary, submit_env, submit_spec
 
@@ -162,10 +164,22 @@ class IQPSparkHook(BaseHook):
         """Run ``application`` through spark-submit and wait for it; raises if it fails.
 
         The provider's hook gets no ``env_vars`` (it would add them to a copy of
-        ``os.environ``) but the complete :meth:`environment` as the child's ``env``.
+        ``os.environ``) but the complete :meth:`environment` as the child's ``env``. A job
+        that fails with its own error (:func:`~airflow_iqp.spark.batch_job.report_error`)
+        raises it here with its message first; the spark-submit command line, which the
+        Spark provider's error repeats in full, is only logged.
         """
         self._submit_hook = self.submit_hook(application, application_args, name=name)
-        self._submit_hook.submit(application, env=self.environment())
+        with tempfile.TemporaryDirectory(prefix="iqp-job-") as tmp:
+            error_file = os.path.join(tmp, "error.json")
+            try:
+                self._submit_hook.submit(application, env={**self.environment(), JOB_ERROR_VAR: error_file})
+            except AirflowException as exc:
+                job_error = _job_error(error_file)
+                if job_error is None:
+                    raise
+                self.log.error("spark-submit failed: %s", exc)
+                raise job_error from None
 
     def on_kill(self) -> None:
         """Kill the running spark-submit (the Spark provider's ``on_kill``), or interrupt the
@@ -204,6 +218,21 @@ class IQPSparkHook(BaseHook):
                 self._session = None
         finally:
             _restore(before)
+
+
+def _job_error(path: str) -> Exception | None:
+    """The error a job wrote to ``path`` (:data:`~airflow_iqp.spark.batch_job.JOB_ERROR_VAR`), as
+    its own class when it is one of airflow-iqp's, else an :class:`IQPError` naming its type."""
+    import json
+
+    try:
+        with open(path) as fh:
+            said = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    kind, message = str(said.get("type", "")), str(said.get("message", ""))
+    known = {"DataError": DataError, "ConfigError": ConfigError}
+    return known[kind](message) if kind in known else IQPError(f"{kind}: {message}")
 
 
 def _mask_token(url: str) -> None:

@@ -8,11 +8,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_iqp.errors import ConfigError
+from airflow_iqp.errors import ConfigError, DataError
+from airflow_iqp.filecheck import bad_files_message, kept_units, still_bad
 from airflow_iqp.hooks.state import IQPStateHook
 from airflow_iqp.operators._backends import OnBackend, strategy
+from airflow_iqp.query.store import schema_dir
 from airflow_iqp.state import batch_name
 from airflow_iqp.window.batch import Batch
 
@@ -29,10 +31,13 @@ class BatchOperator(OnBackend, BaseOperator):
     (:class:`~airflow_iqp.hooks.spark.IQPSparkHook`); ``backend="spark-connect"`` runs the
     same ``execute_batch`` on a session of a running Spark Connect server, in its turn
     among the state directory's queries (``slots``). The batch's label in the UI
-    (``map_index_template="{{ task.batch.label }}"``), its ``execution_timeout`` (planned
-    cost plus the backend's start-up) and the point where retries stop (when a retry could
-    no longer finish before the deadline) all come from the plan entry. A batch whose
-    sensor claimed nothing is skipped. Killing the task kills its spark-submit, or
+    (``map_index_template="{{ task.batch.label }}"``) and its ``execution_timeout`` (planned
+    cost plus the backend's start-up) come from the plan entry. A retry runs even when it
+    can no longer finish before the deadline: the final step still writes the result, marked
+    late, and a late result beats none. A batch whose sensor claimed nothing, or whose every
+    claimed unit was quarantined (:mod:`airflow_iqp.filecheck`), is skipped; one whose claim
+    found bad files of a stream with ``on_bad_unit="fail"`` fails before any Spark job, its
+    message's first line naming each of them. Killing the task kills its spark-submit, or
     interrupts its Connect session's work.
 
     :param batch: one entry of the plan task's output (mapped).
@@ -85,14 +90,21 @@ class BatchOperator(OnBackend, BaseOperator):
         claim = state.claim(batch)
         if not claim or not claim.get("units"):
             raise AirflowSkipException(f"{batch.label}: no claimed input")
+        if claim.get("quarantined"):
+            self.log.warning("%s: %s", batch.label, bad_files_message(claim["quarantined"], "quarantined when claimed"))
+        if not kept_units(claim):
+            raise AirflowSkipException(f"{batch.label}: every claimed unit was quarantined")
         ti = context["ti"]
         ws = state.window_of(batch)
         state.record_attempt(ws, batch_name(batch.index), ti)
+        bad = still_bad(claim, batch.stream_list(), schema_dir(batch.state_dir, batch.query))
+        if bad:  # on_bad_unit="fail": before any Spark job, every bad file on the first line
+            raise DataError(f"{batch.label}: {bad_files_message(bad)}")
         remaining = batch.remaining_cost + self._strategy.overhead_s
-        if self._automatic_retry(ti) and not batch.backfill and time.time() + remaining > batch.deadline_ts:
-            raise AirflowFailException(
-                f"{batch.label}: attempt {ti.try_number} could no longer meet the deadline "
-                f"({dt.datetime.fromtimestamp(batch.deadline_ts, dt.timezone.utc):%H:%M:%S}); not retrying")
+        if not batch.backfill and time.time() + remaining > batch.deadline_ts:  # it runs: a late result beats none
+            self.log.warning("%s: attempt %d can no longer meet the deadline (%s); it runs all the same, and "
+                             "the result will be marked late", batch.label, ti.try_number,
+                             f"{dt.datetime.fromtimestamp(batch.deadline_ts, dt.timezone.utc):%H:%M:%S}")
         self._strategy.run_batch(batch, state, slots=self.slots, app_name=f"iqp-batch-{batch.query}-{batch.index}")
         metrics = state.metrics(ws, batch.index)
         self.log.info("%s: %d units in %.1f s wall, %.1f s CPU (%s)", batch.label, metrics["units"],
@@ -101,13 +113,3 @@ class BatchOperator(OnBackend, BaseOperator):
         cpu = state.record_task_cpu(ws, context["ti"])
         return {"index": batch.index, "started": started.timestamp() if started else None, "ended": time.time(),
                 **metrics, "task_cpu_seconds": cpu["self_cpu_seconds"] + cpu["children_cpu_seconds"]}
-
-    def _automatic_retry(self, ti) -> bool:
-        """Whether this attempt is one of Airflow's automatic retries. The first attempt of a
-        run, and the first after the task is cleared, are not: a cleared batch runs whatever
-        the time (someone decided a late result beats none). Airflow sets ``max_tries`` to the
-        try number plus ``retries`` when it clears a task."""
-        max_tries = getattr(ti, "max_tries", None)
-        if not isinstance(max_tries, int):
-            return ti.try_number > 1
-        return ti.try_number > max_tries - (self.retries or 0) + 1

@@ -10,6 +10,7 @@ from typing import Any
 from airflow.sdk import Asset, BaseOperator, TriggerRule
 
 from airflow_iqp import config
+from airflow_iqp.filecheck import bad_files_message
 from airflow_iqp.hooks.state import IQPStateHook
 from airflow_iqp.operators._backends import OnBackend, strategy
 from airflow_iqp.state import WindowState, batch_name
@@ -29,9 +30,11 @@ class FinalOperator(OnBackend, BaseOperator):
     Spark Connect server. ``trigger_rule="none_failed"``, so batches skipped for want of
     input do not skip it. The job checks that every claimed unit is covered exactly once.
     Afterwards this operator records units that arrived after the last claim as late data
-    (the result is then marked partial), the window's observed arrivals (for the next
-    plan), and a report of planned against actual times; it emits an Asset event for the
-    result and returns the report, which says whether the deadline was met.
+    (the result is then marked partial, as it is when units were quarantined), the window's
+    observed arrivals (for the next plan), and a report of planned against actual times; it
+    emits an Asset event for the result and returns the report, which says whether the
+    deadline was met. A result written after the deadline (a batch retried past it still
+    runs) is marked ``late`` in its manifest, the report and the Asset event.
 
     With a fused tail (``tail``, the plan's last batch) the task starts before the window's
     end and opens its session (on spark-submit: starts its job); it runs the batches ready
@@ -132,22 +135,25 @@ class FinalOperator(OnBackend, BaseOperator):
         late = state.late_units(batches[0], start) if batches else {"units": [], "files": [], "arrival_times": []}
         if batches:
             state.record_arrivals(batches[0], start)
+        # A backfilled window's deadline passed long ago; there is none to meet.
+        deadline = batches[0].deadline_ts if batches and not batches[0].backfill else None
         manifest["partial"] = bool(late["units"] or manifest.get("quarantined"))
         manifest["late_units"] = late["units"]
+        # A batch retried past the deadline still ran: the result is written, marked late.
+        manifest["late"] = deadline is not None and finished > deadline
         state.write_result_manifest(ws, manifest)
         if late["units"]:
             path = state.write_late(ws, late)
             self.log.warning("%d units arrived after the last claim: recorded in %s; the result is partial",
                              len(late["units"]), path)
-        for bad in manifest.get("quarantined", []):
-            self.log.warning("unit %s quarantined, the result is partial: %s", bad["unit"], bad["reason"])
-        # A backfilled window's deadline passed long ago; there is none to meet.
-        deadline = batches[0].deadline_ts if batches and not batches[0].backfill else None
+        if manifest.get("quarantined"):
+            self.log.warning("the result is partial: %s", bad_files_message(manifest["quarantined"], "quarantined"))
         state.record_task_cpu(ws, context["ti"])
         report = {**self._report(state, ws, batches, finished, deadline, manifest), "task_end_ts": task_end}
         state.write_report(ws, report)
         context["outlet_events"][result_asset(self.query)].extra = {
-            "window": ws.window_id, "result": manifest["result"], "partial": manifest["partial"]}
+            "window": ws.window_id, "result": manifest["result"], "partial": manifest["partial"],
+            "late": manifest["late"]}
         self.log.info("result %s (%d rows) at %.0f; deadline %s", manifest["result"], manifest.get("rows_out") or 0,
                       finished, "met" if report["deadline_met"] else "MISSED")
         return report
@@ -173,5 +179,5 @@ class FinalOperator(OnBackend, BaseOperator):
                 "backend": manifest.get("backend"), "task_cpu": state.window_task_cpu(ws),
                 "final_attempts": len(tries.get("final", [])),
                 "retried": sorted(name for name, t in tries.items() if len(t) > 1),
-                "result": manifest["result"], "partial": manifest["partial"],
+                "result": manifest["result"], "partial": manifest["partial"], "late": manifest["late"],
                 "late_units": manifest["late_units"], "quarantined": manifest.get("quarantined", [])}

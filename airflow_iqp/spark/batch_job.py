@@ -26,6 +26,10 @@ import time
 from pathlib import Path
 
 PAUSE_ENV = "AIRFLOW_IQP_PAUSE_BEFORE_RENAME"
+#: A file the job writes its error to, as JSON ``{"type", "message"}``, for the task that
+#: started it to raise with that message first (``IQPSparkHook.submit`` sets it): the
+#: message, not spark-submit's command line, is what the task's failure says.
+JOB_ERROR_VAR = "AIRFLOW_IQP_JOB_ERROR_FILE"
 
 
 def metrics_path_for(output: str | os.PathLike) -> Path:
@@ -37,6 +41,19 @@ def _pause_hook(tmp: Path) -> None:
     if seconds > 0:
         print(f"airflow-iqp: partial written to {tmp}; pausing {seconds}s before rename", file=sys.stderr, flush=True)
         time.sleep(seconds)
+
+
+def report_error(job: str, exc: Exception) -> None:
+    """Say a job's error on stderr in one line, and in :data:`JOB_ERROR_VAR`'s file if it is set."""
+    import json
+
+    print(f"airflow-iqp {job}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    path = os.environ.get(JOB_ERROR_VAR)
+    if path:
+        try:
+            Path(path).write_text(json.dumps({"type": type(exc).__name__, "message": str(exc)}))
+        except OSError:  # the task then says what spark-submit says
+            pass
 
 
 def _remove_stale_temps(output: Path) -> None:
@@ -82,6 +99,7 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
                   history: bool = True, backend: str | None = None) -> dict:
     """Run one batch end to end in ``spark``: read the claim, compute, write, record. Returns the metrics."""
     from airflow_iqp.errors import ConfigError
+    from airflow_iqp.filecheck import files_to_read, kept_units
     from airflow_iqp.spark.jobmetrics import StepMeter, backend_name
     from airflow_iqp.query.store import load_query, schema_dir
     from airflow_iqp.spark.steps import inspect_files, parquet_rows, run_batch, write_atomic
@@ -91,7 +109,7 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
     if not manifest_path.is_file():
         raise ConfigError(f"{manifest_path}: claim manifest does not exist", field="manifest")
     manifest = read_json(manifest_path)
-    files = [str(f) for f in manifest.get("files", [])]
+    files = [str(f) for f in files_to_read(manifest)]  # the units quarantined when claimed are left out
     output = Path(output)
     backend = backend or backend_name(spark)
     window = None
@@ -105,18 +123,24 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
     query = saved.query
     _check_manifest(manifest, saved)
     _remove_stale_temps(output)
+    units = kept_units(manifest)
+    if manifest.get("units") and not units:  # every unit quarantined when claimed: nothing to compute
+        return {"query": query.id, "batch": manifest.get("batch", batch_of(manifest_path)), "units": 0,
+                "unit_ids": [], "quarantined": manifest["quarantined"], "wall_seconds": 0.0, "written_at": None}
     with StepMeter(spark) as meter:
         inspection = inspect_files(files, saved, schema_dir(state_dir, query.id) if state_dir else None,
-                                   claimed=_window_claimed(manifest_path))
+                                   claimed=_window_claimed(manifest_path), checked=manifest.get("checked"))
         infos = inspection.infos
         df = run_batch(spark, saved, files, static_dir, inspection=inspection)
         write_atomic(df, output, before_rename=_pause_hook)
+    later = {q["unit"] for q in inspection.quarantined}  # found bad past the claim's sample
+    units = [u for u in units if u not in later]
     metrics = {
         "query": query.id,
         "batch": manifest.get("batch", batch_of(manifest_path)),
         "manifest": str(manifest_path),
-        "units": len(manifest.get("units", [])),
-        "unit_ids": list(manifest.get("units", [])),
+        "units": len(units),
+        "unit_ids": units,
         "files": len(infos),
         "bytes": sum(i.bytes or 0 for i in infos),
         "rows_in": sum(i.rows or 0 for i in infos),
@@ -125,7 +149,8 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
         "cpu_seconds": meter.cpu_seconds,
         "task_seconds": meter.task_seconds,
         "backend": backend,
-        "quarantined": inspection.quarantined,
+        "quarantined": [{k: q[k] for k in ("unit", "file", "reason")} for q in manifest.get("quarantined", [])]
+                       + inspection.quarantined,
         "written_at": time.time(),
     }
     atomic_write_json(metrics_path_for(output), metrics)
@@ -170,10 +195,16 @@ def main(argv: list[str] | None = None) -> int:
         metrics = execute_batch(spark, args.query, args.manifest, args.static_dir or None, args.output,
                                 state_dir=args.state_dir, history=not args.no_history)
     except IQPError as exc:
-        print(f"airflow-iqp batch_job: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        report_error("batch_job", exc)
         return 2
+    except Exception as exc:  # a Spark error: said first as well, with its traceback after
+        report_error("batch_job", exc)
+        raise
     finally:
         spark.stop()
+    if metrics.get("written_at") is None:
+        print("airflow-iqp batch_job: every unit was quarantined when claimed; nothing to write", flush=True)
+        return 0
     print(f"airflow-iqp batch_job: wrote {args.output} ({metrics['rows_out']} rows, "
           f"{metrics['wall_seconds']:.2f}s)", flush=True)
     return 0

@@ -37,19 +37,22 @@ from pathlib import Path
 
 
 def check_coverage(ws, expect_units: int | None = None, computing: int | None = None) -> dict:
-    """The partials of a window and the units/files they cover; raises DataError on a gap or overlap.
+    """The partials of a window and the units/files they cover (a claim's quarantined units
+    are in none); raises DataError on a gap or overlap.
 
     ``computing``: a claimed batch whose partial this job computes itself (a fused tail's)
     and that counts as covered although its partial is not written yet.
     """
     from airflow_iqp.errors import DataError
+    from airflow_iqp.filecheck import files_to_read, kept_units
     from airflow_iqp.state import batch_of, read_claims
 
-    claims = read_claims(ws)
+    claims = {b: {**m, "units": kept_units(m), "files": files_to_read(m)} for b, m in read_claims(ws).items()}
     partial_dirs = {batch_of(p): p for p in _partial_dirs(ws)}
     if computing is not None and computing in claims:
         partial_dirs.setdefault(computing, ws.partial_path(computing))
-    # A batch that found nothing to claim (its claim is empty) has no partial, and needs none.
+    # A batch that found nothing to claim (its claim is empty), or whose every unit was
+    # quarantined when it claimed, has no partial, and needs none.
     missing = sorted({b for b, m in claims.items() if m.get("units") or m.get("files")} - set(partial_dirs))
     if missing:
         raise DataError(f"{ws.root}: batch(es) {missing} claimed input but have no partial result yet; "
@@ -149,8 +152,9 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
     ``tail_rows_in``, its input rows, if known (for :func:`merge_rows_estimate`).
     ``written``: those written ones as read ahead by ``tail.read_written`` (used with a
     ``tail`` only, and only if they are still the window's partials). ``quarantined``:
-    the tail batch's quarantined units; the written batches' are in their metrics. The
-    manifest lists them all, and the result is partial if there are any.
+    the tail batch's units found bad in it; the claims' and the written batches' are in
+    their manifests and metrics. The manifest lists them all (:func:`quarantined_units`),
+    its ``units`` none of them.
     """
     from airflow_iqp.errors import ConfigError
     from airflow_iqp.spark.jobmetrics import StepMeter, backend_name
@@ -178,10 +182,11 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
         else:  # an empty window: nothing landed, every batch skipped
             df = run_final(spark, saved, [], also=empty_partial(spark, saved, ws.state_dir))
         write_result(df, ws.result_dir, rows_estimate)
-    bad = [q for b in cover["batches"] for q in _metrics(ws, b).get("quarantined", [])] + list(quarantined or [])
+    bad = quarantined_units(ws, cover["batches"], quarantined)
+    out = {q["unit"] for q in bad}
     manifest = {
         "query": query.id, "window": ws.window_id, "result": str(ws.result_dir),
-        **cover, "quarantined": bad,
+        **cover, "units": [u for u in cover["units"] if u not in out], "quarantined": bad,
         "rows_out": parquet_rows(ws.result_dir),
         "wall_seconds": meter.wall_seconds, "cpu_seconds": meter.cpu_seconds, "task_seconds": meter.task_seconds,
         "backend": backend, "written_at": time.time(),
@@ -194,6 +199,20 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
                             cpu_seconds=meter.cpu_seconds, task_seconds=meter.task_seconds,
                             backend=backend, window=ws.window_id)
     return manifest
+
+
+def quarantined_units(ws, batches, more=None) -> list[dict]:
+    """Every unit of the window left out of its result, once each (unit, file, reason): those
+    its claims quarantined, those its ``batches`` found bad past the claim's sample (their
+    metrics), and ``more`` (a fused tail's)."""
+    from airflow_iqp.state import read_claims
+
+    found = [q for c in read_claims(ws).values() for q in c.get("quarantined", [])]
+    found += [q for b in batches for q in _metrics(ws, b).get("quarantined", [])] + list(more or [])
+    out: dict[str, dict] = {}
+    for q in found:
+        out.setdefault(q["unit"], {k: q[k] for k in ("unit", "file", "reason")})
+    return list(out.values())
 
 
 def empty_partial(spark, saved, state_dir):
@@ -274,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from airflow_iqp.errors import IQPError
-    from airflow_iqp.spark.batch_job import build_session
+    from airflow_iqp.spark.batch_job import build_session, report_error
 
     spark = build_session(f"iqp-final-{args.query}-{Path(args.window_dir).name}")
     try:
@@ -289,8 +308,11 @@ def main(argv: list[str] | None = None) -> int:
             manifest = execute_final(spark, args.query, args.window_dir, expect_units=args.expect_units,
                                      history=not args.no_history)
     except IQPError as exc:
-        print(f"airflow-iqp final_job: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        report_error("final_job", exc)
         return 2
+    except Exception as exc:  # a Spark error: said first as well, with its traceback after
+        report_error("final_job", exc)
+        raise
     finally:
         spark.stop()
     print(f"airflow-iqp final_job: wrote {manifest['result']} from {len(manifest['partials'])} partials", flush=True)

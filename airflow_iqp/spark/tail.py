@@ -54,6 +54,7 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
     claim, so no unit is counted twice; a partial found written (by an older version)
     is merged as any other. ``written``: :func:`read_written`, taken before the claim.
     """
+    from airflow_iqp.filecheck import files_to_read
     from airflow_iqp.query.store import load_query, schema_dir
     from airflow_iqp.spark.steps import inspect_files, run_batch
     from airflow_iqp.state import claimed_files, read_json
@@ -61,12 +62,14 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
     window_dir = Path(window_dir).absolute()
     ws = _window_state(window_dir)
     claim = ws.claim_path(tail_batch) if tail_batch is not None else None
-    files = read_json(claim).get("files", []) if claim is not None and claim.is_file() else []
+    manifest = read_json(claim) if claim is not None and claim.is_file() else {}
+    files = files_to_read(manifest)  # the units quarantined when claimed are left out
     pending = bool(files) and not ws.partial_path(tail_batch).is_dir()
     tail, bad, rows_in = None, [], None
     if pending:
         saved = load_query(query_id, ws.state_dir)
-        inspection = inspect_files(files, saved, schema_dir(ws.state_dir, query_id), claimed=claimed_files(ws))
+        inspection = inspect_files(files, saved, schema_dir(ws.state_dir, query_id), claimed=claimed_files(ws),
+                                   checked=manifest.get("checked"))
         tail, bad = (tail_batch, run_batch(spark, saved, files, static_dir, inspection=inspection)), inspection.quarantined
         rows_in = _rows_in(inspection)
     return execute_final(spark, query_id, window_dir, history=history, tail=tail, written=written, quarantined=bad,
@@ -143,6 +146,7 @@ def rehearse_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slo
     failure is printed and ignored: the tail meets the same error, if it is one, and
     reports it. Returns the rehearsal's seconds.
     """
+    from airflow_iqp.filecheck import files_to_read, kept_units
     from airflow_iqp.query.store import load_query, schema_dir
     from airflow_iqp.spark.steps import inspect_files, run_batch, run_final, unit_of, write_result
     from airflow_iqp.state import claimed_files, read_claims, temp_sibling
@@ -152,12 +156,12 @@ def rehearse_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slo
     expected = tail.remaining_cost / tail.cost_scale
     until = tail.ready_ts - REHEARSAL_ROOM * expected
     ws = _window_state(Path(window_dir).absolute())
-    claims = [c for c in read_claims(ws).values() if c.get("units")]
+    claims = [c for c in read_claims(ws).values() if kept_units(c)]
     if not claims or time.time() >= until:
         return None
     saved = load_query(query_id, ws.state_dir)
-    unit = claims[-1]["units"][-1]
-    files = [f for f in claims[-1].get("files", []) if unit_of(f, stream_of(f, saved.streams)) == unit]
+    unit = kept_units(claims[-1])[-1]
+    files = [f for f in files_to_read(claims[-1]) if unit_of(f, stream_of(f, saved.streams)) == unit]
     out = temp_sibling(ws.result_dir)
     try:
         with turn(tail, slots, planned=tail.remaining_cost, until=until) as got:

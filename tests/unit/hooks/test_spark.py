@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from airflow.sdk.exceptions import AirflowException
 
-from airflow_iqp.errors import ConfigError
+from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.hooks.spark import IQPSparkHook
 from airflow_iqp.paths import HADOOP_UMASK_CONF
 from airflow_iqp.spark.submit import LOCAL_CONF, job_path
@@ -94,6 +94,25 @@ def test_the_package_is_shipped_as_py_files_when_asked(tmp_path):
     argv, _env = submitted(record)
     zipped = Path(argv[argv.index("--py-files") + 1])
     assert zipped.name == "airflow_iqp.zip" and zipped.is_file()
+
+
+def test_a_job_s_own_error_is_raised_with_its_message_first_not_the_command_line(tmp_path):
+    """The job says why it failed (``report_error``); the task's error starts with that, and
+    spark-submit's command line, which the Spark provider repeats, is not in it."""
+    binary = tmp_path / "spark-submit"
+    binary.write_text(f"#!{sys.executable}\n"
+                      "import sys\n"
+                      "from airflow_iqp.errors import DataError\n"
+                      "from airflow_iqp.spark.batch_job import report_error\n"
+                      "report_error('batch_job', DataError('2 bad input files: /d/b.csv: not a readable csv file; '\n"
+                      "                                    '/d/c.csv: wrong schema for stream e: column x has 1'))\n"
+                      "sys.exit(2)\n")
+    binary.chmod(0o755)
+    with pytest.raises(DataError) as err:
+        IQPSparkHook(spark_binary=str(binary)).submit(job_path("batch"), ["q"])
+    assert str(err.value).splitlines()[0] == ("2 bad input files: /d/b.csv: not a readable csv file; "
+                                              "/d/c.csv: wrong schema for stream e: column x has 1")
+    assert "Cannot execute" not in str(err.value) and err.value.__cause__ is None
 
 
 def test_a_failed_submit_raises_and_on_kill_kills_the_running_one(tmp_path):

@@ -6,12 +6,13 @@ import datetime as dt
 import os
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from airflow.sdk import DAG
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_iqp.errors import ConfigError
+from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.operators.batch import BATCH_TIMEOUT_MIN_S, BatchOperator
 from airflow_iqp.options import SparkConnect, SparkSubmit
 from airflow_iqp.spark.submit import job_path
@@ -54,32 +55,74 @@ def test_a_batch_whose_sensor_claimed_nothing_is_skipped(tmp_path):
     assert not (tmp_path / "submit.json").exists()  # no spark-submit ran
 
 
-def test_a_retry_that_could_no_longer_meet_the_deadline_fails_without_retrying(tmp_path):
+def _warnings(op: BatchOperator) -> list[str]:
+    """The warnings ``op`` logs from now on about deadlines."""
+    said: list[str] = []
+
+    def warning(msg, *args):
+        if "deadline" in msg % args:
+            said.append(msg % args)
+
+    op._cached_logger = SimpleNamespace(info=lambda *a: None, warning=warning)
+    return said
+
+
+def test_a_retry_that_can_no_longer_meet_the_deadline_runs_and_says_the_result_will_be_late(tmp_path):
     claim(tmp_path)
-    late = entry(tmp_path, deadline_ts=time.time() + 30)  # 60 s of work and a JVM's start-up left
-    with pytest.raises(AirflowFailException, match="attempt 2 could no longer meet the deadline"):
-        operator(tmp_path, late).execute(context(TI(try_number=2)))
-    assert not (tmp_path / "submit.json").exists()
-    # The first attempt runs whatever the time; so does a backfill's retry, which has no deadline to meet.
-    assert operator(tmp_path, late).execute(context(TI(try_number=1)))["units"] == 2
-    assert operator(tmp_path, entry(tmp_path, deadline_ts=0.0, backfill=True)).execute(
-        context(TI(try_number=2)))["units"] == 2
+    op = operator(tmp_path, entry(tmp_path, deadline_ts=time.time() + 30))  # 60 s of work and a JVM's start-up left
+    said = _warnings(op)
+    assert op.execute(context(TI(try_number=2)))["units"] == 2
+    assert (tmp_path / "submit.json").exists()
+    assert len(said) == 1 and "attempt 2 can no longer meet the deadline" in said[0] and "marked late" in said[0]
+    # A backfill has no deadline to meet: nothing to warn about.
+    op = operator(tmp_path, entry(tmp_path, deadline_ts=0.0, backfill=True))
+    said = _warnings(op)
+    assert op.execute(context(TI(try_number=2)))["units"] == 2 and said == []
 
 
-
-def test_a_cleared_batch_runs_past_its_deadline_and_every_attempt_is_recorded(tmp_path):
+def test_a_cleared_batch_and_its_retries_run_past_the_deadline_and_every_attempt_is_recorded(tmp_path):
     ws = claim(tmp_path)
     late = entry(tmp_path, deadline_ts=time.time() - 60)  # the deadline passed: the run failed, then was cleared
-    # Cleared after two tries (retries=1): Airflow set max_tries to 2 + 1, the new try is 3, the first of the clear.
-    cleared = TI("batch.submit", map_index=0, try_number=3)
-    cleared.max_tries = 3
-    assert operator(tmp_path, late, retries=1).execute(context(cleared))["units"] == 2
-    # Its automatic retry is still held to the deadline.
-    retry = TI("batch.submit", map_index=0, try_number=4)
-    retry.max_tries = 3
-    with pytest.raises(AirflowFailException, match="attempt 4 could no longer meet the deadline"):
-        operator(tmp_path, late, retries=1).execute(context(retry))
+    for try_number in (3, 4):  # the first try after the clear, and its automatic retry
+        assert operator(tmp_path, late, retries=1).execute(context(TI("batch.submit", 0, try_number)))["units"] == 2
     assert sorted(p.name for p in (ws.root / "attempts").iterdir()) == ["batch-0001.3.json", "batch-0001.4.json"]
+
+
+CSV = {"a.csv": "k,x\na,1\n", "b.csv": "k,x\na,1,9\n", "c.csv": "k,x\na,one\n"}  # b and c are bad
+
+
+def _bad_claim(tmp_path, on_bad_unit: str, names=tuple(CSV)) -> tuple[WindowState, dict]:
+    """A claim of CSV units, checked as a sensor's claim checks them; its batch's plan entry."""
+    from airflow_iqp.filecheck import check_claim
+    from airflow_iqp.landing import list_units
+    from airflow_iqp.streams import Stream, files_of
+
+    landing = tmp_path / "landing"
+    landing.mkdir(parents=True)
+    for name in names:
+        (landing / name).write_text(CSV[name])
+    streams = (Stream("events", path=str(landing), format="csv", schema="k STRING, x BIGINT", on_bad_unit=on_bad_unit),)
+    units = list_units(landing, streams)
+    ws = WindowState(tmp_path / "state", "cq2", WINDOW)
+    claim_units(ws, 1, [u.name for u in units], files_of(units, streams), found=check_claim(ws, streams, units))
+    return ws, entry(tmp_path, streams=[s.to_dict() for s in streams])
+
+
+def test_a_batch_whose_claim_found_bad_files_fails_before_spark_naming_them_all_or_skips_if_all_quarantined(tmp_path):
+    _ws, failing = _bad_claim(tmp_path / "fail", "fail")
+    with pytest.raises(DataError) as err:
+        operator(tmp_path, failing).execute(context())
+    first = str(err.value).splitlines()[0]
+    assert "2 bad input files" in first and "b.csv: not a readable csv file" in first
+    assert "c.csv: wrong schema for stream events: column x has 'one', expected BIGINT" in first
+    assert not (tmp_path / "submit.json").exists()  # no spark-submit ran
+    for name in ("b.csv", "c.csv"):  # the files are replaced: the rerun reads the same claim
+        (tmp_path / "fail" / "landing" / name).write_text("k,x\nb,2\n")
+    assert operator(tmp_path, failing).execute(context())["units"] == 3
+    _ws, quarantined = _bad_claim(tmp_path / "quarantine", "quarantine", ("b.csv", "c.csv"))
+    with pytest.raises(AirflowSkipException, match="every claimed unit was quarantined"):
+        operator(tmp_path, quarantined).execute(context())
+
 
 def test_the_batch_job_runs_on_its_claim_and_the_task_reports_its_metrics(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARK_CONNECT_MODE_ENABLED", "1")  # as a Spark Connect session leaves it

@@ -67,7 +67,24 @@ def test_the_report_compares_the_plan_with_what_ran_and_records_late_units(tmp_p
     assert read_json(ws.root / "arrivals.json")["units"] == ["000001", "000002", "000003", "000004", "000005"]
     assert report["task_cpu"]["tasks"] == 1 and (ws.root / "cpu" / "final.-1.1.run.json").is_file()
     assert ctx["outlet_events"][result_asset("cq2")].extra == {
-        "window": WINDOW, "result": str(ws.root / "result"), "partial": True}
+        "window": WINDOW, "result": str(ws.root / "result"), "partial": True, "late": False}
+    assert report["late"] is False and read_json(ws.result_manifest)["late"] is False
+
+
+def test_a_result_written_after_the_deadline_is_still_written_and_marked_late(tmp_path):
+    """A batch retried past the deadline ran: the final step writes the result all the same."""
+    from airflow_iqp.window.accounting import record_attempt
+
+    ws = WindowState(tmp_path / "state", "cq2", WINDOW)
+    land(tmp_path / "landing", "000001")
+    ran(tmp_path, ws, 1, ["000001"])
+    for try_number in (1, 2):
+        record_attempt(ws.root, "batch-0001", TI("batch.submit", 0, try_number))
+    ctx = context(TI("final"))
+    report = final(tmp_path, plan=[batch(tmp_path, 1, of=1, deadline_ts=time.time() - 5).to_dict()]).execute(ctx)
+    assert report["late"] is True and not report["deadline_met"] and report["retried"] == ["batch-0001"]
+    assert read_json(ws.result_manifest)["late"] is True and report["partial"] is False
+    assert ctx["outlet_events"][result_asset("cq2")].extra["late"] is True
 
 
 def test_the_report_counts_each_batchs_attempts_and_names_those_retried(tmp_path):
@@ -93,6 +110,7 @@ def test_a_backfill_has_no_deadline_to_miss(tmp_path):
     entry = batch(tmp_path, 1, of=1, deadline_ts=T0, backfill=True)
     report = final(tmp_path, plan=[entry.to_dict()]).execute(context())
     assert report["deadline_ts"] is None and report["deadline_met"] and report["partial"] is False
+    assert report["late"] is False
     assert not (ws.root / "late.json").exists()
 
 
