@@ -212,6 +212,9 @@ def check_results(iqp_dir: Path, printed: str) -> list[str]:
         assert_same_rows([tuple(r.values()) for r in got.to_pylist()], [tuple(r.values()) for r in want.to_pylist()],
                          ordered=True, label=window.name)
         counts[window.name] = len(arrived)
+        report = json.loads((window / "report.json").read_text())
+        print(f"[getting-started] window {window.name}: {len(arrived)} files, {len(plan['batches'])} batches "
+              f"planned ({plan['models']}), deadline {'met' if report['deadline_met'] else 'MISSED'}")
     # The page's reading of the results printed what it found then, the first window at least.
     shown = dict(re.findall(r"^window (\S+) \(UTC\): (\d+) files", printed, re.M))
     assert windows[0].name in shown and all(counts[w] == int(n) for w, n in shown.items()), printed
@@ -221,9 +224,11 @@ def check_results(iqp_dir: Path, printed: str) -> list[str]:
 def duckdb_over(files: list[Path], sql: str):
     import duckdb
 
+    import pyarrow as pa
+
     con = duckdb.connect()
     con.execute(f"CREATE VIEW clicks AS SELECT * FROM read_csv({[str(f) for f in files]!r}, header = true)")
-    return con.sql(sql).fetch_arrow_table()
+    return pa.table(con.execute(sql).arrow())
 
 
 def kind(arrow_type) -> str:
