@@ -64,7 +64,7 @@ def window(tmp_path_factory):
     tpch, data, dags = tmp / "tpch", tmp / "data", tmp / "dags"
     generate(0.01, UNITS, tpch)
     dags.mkdir()
-    shutil.copy(ROOT / "dags" / "iqp_cq2.py", dags)
+    shutil.copy(ROOT / "tests" / "e2e" / "dags_hinted" / "iqp_cq2.py", dags)  # the demo DAG, with a cost hint
     shutil.copy(Path(__file__).parent / "dags" / "iqp_cluster_e2e.py", dags)
     t0 = time.time()
     start = (int(t0 + LEAD) // 10) * 10

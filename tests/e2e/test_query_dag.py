@@ -93,7 +93,7 @@ def run_window(tmp: Path, tpch: Path, profile: str, backfill: bool = False) -> d
         "AIRFLOW__IQP__STATE_DIR": str(data / "state"),
     }
     out = {"data": data, "tpch": tpch, "units": units, "start": anchor, "backfilled": backfilled}
-    with airflow_env(ROOT / "dags", extra_env=env) as af:
+    with airflow_env(ROOT / "tests" / "e2e" / "dags_hinted", extra_env=env) as af:
         af.wait_for_dag(DAG_ID)
         af.unpause(DAG_ID)
         time.sleep(max(0.0, anchor - time.time()))
