@@ -20,10 +20,10 @@ Pure Python: no Airflow and no Spark imports.
 from __future__ import annotations
 
 import datetime as dt
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
+from airflow_iqp._values import _copy, _flag, _model, _name, _number, _seconds, _set, _whole
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.inputs.profiles import PROFILES
 from airflow_iqp.planning.models import cost_model_from_dict, final_agg_from_dict
@@ -34,51 +34,6 @@ TAIL_LEAD_S = 5.0
 #: On spark-submit the fused tail's job also starts a JVM before the window's end: this
 #: much more lead by default.
 TAIL_LEAD_JVM_S = 10.0
-
-
-def _set(obj, name: str, value) -> None:  # a frozen dataclass's normalised field
-    object.__setattr__(obj, name, value)
-
-
-def _seconds(value, field: str, *, optional: bool = False) -> float | None:
-    """Seconds >= 0 from a number or a timedelta (None only if ``optional``)."""
-    if isinstance(value, dt.timedelta):
-        value = value.total_seconds()
-    return _number(value, field, low=0, strict=False, optional=optional, unit=" seconds (or a timedelta)")
-
-
-def _number(value, field: str, *, low: float, strict: bool, optional: bool = False, unit: str = "") -> float | None:
-    if value is None and optional:
-        return None
-    ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
-          and (value > low if strict else value >= low))
-    if not ok:
-        raise ConfigError(f"must be a number {'>' if strict else '>='} {low:g}{unit}, got {value!r}", field)
-    return float(value)
-
-
-def _whole(value, field: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ConfigError(f"must be a whole number >= {low}, got {value!r}", field)
-    return value
-
-
-def _flag(value, field: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"must be True or False, got {value!r}", field)
-    return value
-
-
-def _name(value, field: str, what: str) -> str | None:
-    """An optional non-empty string (a connection id, a pool, a class path)."""
-    if value is None:
-        return None
-    if isinstance(value, Mapping):
-        raise ConfigError(f"must be {what}, got a dict: Spark conf goes in SparkSubmit(conf={{...}}); "
-                          f"a Spark Connect server takes its conf when it is started", field)
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"must be {what}, got {value!r}", field)
-    return value
 
 
 def expect(value, kind: type, field: str, choices: str):
@@ -146,13 +101,20 @@ class Arrival:
 @dataclass(frozen=True, kw_only=True)
 class Cut:
     """How a window is cut into batches: :class:`Algorithm1`, :class:`MinBatches` or
-    :class:`OneBatch`. What they share: the cost models to plan with before this query
-    and backend have a cost history (``airflow-iqp calibrate``, or measured batches).
+    :class:`OneBatch`. What they share: how costs are planned.
 
-    :param cost_hint: one batch's cost, ``{"kind": "linear", "per_unit": s, "per_batch": s}``
-        or ``{"kind": "piecewise_linear", "points": [[units, s], ...]}``.
+    No cost needs to be given. The first window is planned with the backend's built-in
+    default (:attr:`Backend.default_cost`); every later one with the cost history, what
+    this query's batches and merges took on this backend from claim to written output
+    (or an ``airflow-iqp calibrate`` fit). The hints override the built-in default only.
+
+    :param cost_hint: one batch's cost from its claim to its written partial (the task's
+        start, the JVM or session, the Spark work), ``{"kind": "linear", "per_unit": s,
+        "per_batch": s}`` or ``{"kind": "piecewise_linear", "points": [[units, s], ...]}``
+        (None: the backend's default).
     :param final_agg_hint: the final aggregation's cost for k partial results,
-        ``{"kind": "linear", "base": s, "per_batch": s}`` or piecewise linear.
+        ``{"kind": "linear", "base": s, "per_batch": s}`` or piecewise linear (None: the
+        backend's default).
     :param cost_scale: plan with the costs times this: the load the deployment adds while a
         window runs (Airflow, other queries, the input landing), which an idle calibration
         does not see.
@@ -160,26 +122,20 @@ class Cut:
 
     mode: ClassVar[str]
 
-    cost_hint: Mapping = field(default_factory=lambda: {"kind": "linear", "per_unit": 0.1, "per_batch": 20.0})
-    final_agg_hint: Mapping = field(default_factory=lambda: {"kind": "linear", "base": 20.0, "per_batch": 0.5})
+    cost_hint: Mapping | None = None
+    final_agg_hint: Mapping | None = None
     cost_scale: float = 1.0
 
     def __post_init__(self):
         if type(self) is Cut:
             raise ConfigError("give Algorithm1(), MinBatches() or OneBatch()", "cut")
-        if not isinstance(self.cost_hint, Mapping):
-            raise ConfigError(f"must be a dict with a 'kind', got {self.cost_hint!r}", "cut.cost_hint")
-        if not isinstance(self.final_agg_hint, Mapping):
-            raise ConfigError(f"must be a dict with a 'kind', got {self.final_agg_hint!r}", "cut.final_agg_hint")
-        _set(self, "cost_hint", dict(self.cost_hint))
-        _set(self, "final_agg_hint", dict(self.final_agg_hint))
-        cost_model_from_dict(self.cost_hint, "cut.cost_hint")
-        final_agg_from_dict(self.final_agg_hint, "cut.final_agg_hint")
+        _set(self, "cost_hint", _model(self.cost_hint, "cut.cost_hint", cost_model_from_dict))
+        _set(self, "final_agg_hint", _model(self.final_agg_hint, "cut.final_agg_hint", final_agg_from_dict))
         _set(self, "cost_scale", _number(self.cost_scale, "cut.cost_scale", low=0, strict=True))
 
     def query_config(self) -> dict[str, Any]:
         """This object's part of the runtime's ``QueryConfig``."""
-        return {"mode": self.mode, "cost_hint": dict(self.cost_hint), "final_agg_hint": dict(self.final_agg_hint),
+        return {"mode": self.mode, "cost_hint": _copy(self.cost_hint), "final_agg_hint": _copy(self.final_agg_hint),
                 "cost_scale": self.cost_scale}
 
 
@@ -280,12 +236,24 @@ class Backend:
     :param tail_slots: how many of the state directory's batches run at once, earliest
         deadline first (0: no limit; 1: the paper's one batch at a time).
     :param dispatch: seconds Airflow takes from a batch's claim to its Spark work (sensor
-        resume, task start, session), added to every planned batch.
+        resume, task start, session), added to every planned batch whose cost leaves it out:
+        a ``cost_hint`` and an ``airflow-iqp calibrate`` fit. The built-in default and the
+        cost history run from the claim and include it.
     """
 
     name: ClassVar[str]
     #: The default of ``tail_lead`` on this backend.
     default_tail_lead: ClassVar[float]
+    #: The cost of one batch from its claim to its written partial that a query's first
+    #: window is planned with, before it has a cost history: a conservative linear model,
+    #: start-up and per unit, of what calibration measures on a small (2-core) machine.
+    default_cost: ClassVar[Mapping[str, Any]]
+    #: The same for the final aggregation of k partials, from the last batch's end to the
+    #: written result.
+    default_final_agg: ClassVar[Mapping[str, Any]]
+    #: Whether every job starts a Spark application of its own (a JVM), so that a merge run
+    #: in the last batch's job (a fused tail) saves one start-up.
+    job_startup: ClassVar[bool]
 
     conn_id: str | None = None
     pool: str | None = None
@@ -337,6 +305,12 @@ class SparkSubmit(Backend):
 
     name: ClassVar[str] = "spark-submit"
     default_tail_lead: ClassVar[float] = TAIL_LEAD_S + TAIL_LEAD_JVM_S
+    # On a 2-core machine one spark-submit of a trivial job takes about 20 s of wall time,
+    # the task's start included; the per-unit cost is kept high so that a first window
+    # errs towards more batches, earlier.
+    default_cost: ClassVar[Mapping[str, Any]] = {"kind": "linear", "per_unit": 0.25, "per_batch": 20.0}
+    default_final_agg: ClassVar[Mapping[str, Any]] = {"kind": "linear", "base": 20.0, "per_batch": 0.5}
+    job_startup: ClassVar[bool] = True
 
     conf: Mapping[str, Any] | None = None
 
@@ -365,6 +339,22 @@ class SparkConnect(Backend):
 
     name: ClassVar[str] = "spark-connect"
     default_tail_lead: ClassVar[float] = TAIL_LEAD_S
+    # A warm server answers a call in about 0.3 s; Airflow starting the task takes most of
+    # the rest of a batch's start-up.
+    default_cost: ClassVar[Mapping[str, Any]] = {"kind": "linear", "per_unit": 0.1, "per_batch": 3.0}
+    default_final_agg: ClassVar[Mapping[str, Any]] = {"kind": "linear", "base": 3.0, "per_batch": 0.2}
+    job_startup: ClassVar[bool] = False
+
+
+#: The backends by name (``QueryConfig.backend``, the cost history's ``backend``).
+BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (SparkSubmit, SparkConnect)}
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The backend option class named ``name`` (``"spark-submit"``, ``"spark-connect"``)."""
+    if name not in BACKENDS:
+        raise ConfigError(f"must be one of {', '.join(BACKENDS)}, got {name!r}", "backend")
+    return BACKENDS[name]
 
 
 @dataclass(frozen=True, kw_only=True)

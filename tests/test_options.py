@@ -143,8 +143,7 @@ def test_algorithm1_yields_plan_mode_with_its_margin_and_shares_in_seconds():
                      cost_hint={"kind": "linear", "per_unit": 0.05, "per_batch": 20})
     assert cut.query_config() == {
         "mode": "plan", "margin": 5.0, "ahead": 0.0, "shares": {"cq1": 60.0, "cq3": 90.0}, "cost_scale": 1.5,
-        "cost_hint": {"kind": "linear", "per_unit": 0.05, "per_batch": 20},
-        "final_agg_hint": {"kind": "linear", "base": 20.0, "per_batch": 0.5}}
+        "cost_hint": {"kind": "linear", "per_unit": 0.05, "per_batch": 20}, "final_agg_hint": None}
     cfg = query_config(cut)
     assert (cfg.mode, cfg.margin, cfg.shares, cfg.cost_scale) == ("plan", 5.0, {"cq1": 60.0, "cq3": 90.0}, 1.5)
     assert query_config(Algorithm1(ahead=timedelta(seconds=30))).ahead == 30.0

@@ -171,13 +171,20 @@ class FinalOperator(OnBackend, BaseOperator):
                          "planned_cost": b.cost, "claimed_units": len(claim.get("units", [])),
                          "claimed_at": claim.get("claimed_at"), "wall_seconds": metrics.get("wall_seconds"),
                          "cpu_seconds": metrics.get("cpu_seconds"), "written_at": metrics.get("written_at"),
+                         # what planned_cost stands for: the task's start, the JVM or session, the work
+                         "claim_to_partial_seconds": _since(claim.get("claimed_at"), metrics.get("written_at")),
                          # attempts started (a fused tail's batches run in the final task's)
                          "attempts": len(tries.get(batch_name(b.index), []))})
         return {"query": self.query, "window": ws.window_id, "deadline_ts": deadline, "finished_ts": finished,
                 "deadline_met": deadline is None or finished <= deadline, "batches": rows,
                 "final_wall_seconds": manifest.get("wall_seconds"), "final_cpu_seconds": manifest.get("cpu_seconds"),
+                "final_end_to_end_seconds": manifest.get("end_to_end_seconds"),
                 "backend": manifest.get("backend"), "task_cpu": state.window_task_cpu(ws),
                 "final_attempts": len(tries.get("final", [])),
                 "retried": sorted(name for name, t in tries.items() if len(t) > 1),
                 "result": manifest["result"], "partial": manifest["partial"], "late": manifest["late"],
                 "late_units": manifest["late_units"], "quarantined": manifest.get("quarantined", [])}
+
+
+def _since(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else end - start

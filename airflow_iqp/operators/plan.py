@@ -35,7 +35,8 @@ class BatchPlanOperator(BaseOperator):
     ``deadline_offset``, by default the ``WindowTimetable``'s). The arrival model is
     ``arrival``'s hint (:class:`~airflow_iqp.options.Arrival`) or, with ``observed=True``, the
     previous window's observed arrivals; the cost model is fitted to the cost history of
-    ``backend``, with ``cut``'s ``cost_hint`` and ``final_agg_hint`` as the fallback; ``cut``
+    ``backend`` (:func:`~airflow_iqp.window.costs.cost_models`), with ``cut``'s ``cost_hint``
+    and ``final_agg_hint``, else the backend's built-in default, as the fallback; ``cut``
     says how the window is cut. If the window's input is already complete (a backfill) it
     plans one batch.
 

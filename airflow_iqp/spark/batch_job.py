@@ -100,7 +100,7 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
     """Run one batch end to end in ``spark``: read the claim, compute, write, record. Returns the metrics."""
     from airflow_iqp.errors import ConfigError
     from airflow_iqp.filecheck import files_to_read, kept_units
-    from airflow_iqp.spark.jobmetrics import StepMeter, backend_name
+    from airflow_iqp.spark.jobmetrics import StepMeter, backend_name, batch_span
     from airflow_iqp.query.store import load_query, schema_dir
     from airflow_iqp.spark.steps import inspect_files, parquet_rows, run_batch, write_atomic
     from airflow_iqp.state import WindowState, append_cost_history, atomic_write_json, batch_of, read_json
@@ -157,7 +157,8 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
     if history and state_dir is not None:
         append_cost_history(state_dir, query=query.id, kind="batch", units=metrics["units"], batches=1,
                             wall_seconds=meter.wall_seconds, cpu_seconds=meter.cpu_seconds,
-                            task_seconds=meter.task_seconds, backend=backend, window=window)
+                            task_seconds=meter.task_seconds, backend=backend, window=window,
+                            end_to_end_seconds=batch_span(manifest_path, metrics["written_at"]))
     return metrics
 
 

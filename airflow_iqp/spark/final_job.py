@@ -157,7 +157,7 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
     its ``units`` none of them.
     """
     from airflow_iqp.errors import ConfigError
-    from airflow_iqp.spark.jobmetrics import StepMeter, backend_name
+    from airflow_iqp.spark.jobmetrics import StepMeter, backend_name, merge_span
     from airflow_iqp.query.store import load_query
     from airflow_iqp.spark.steps import parquet_rows, run_final, write_result
     from airflow_iqp.state import append_cost_history, atomic_write_json, read_json
@@ -192,12 +192,15 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
         "backend": backend, "written_at": time.time(),
     }
     manifest |= revisions(read_json(ws.result_manifest) if ws.result_manifest.is_file() else None, manifest)
+    # With a fused tail's batch in it, this is no merge's cost; nor is a late revision's.
+    merge = history and not tail
+    manifest["end_to_end_seconds"] = merge_span(ws, manifest["written_at"]) if merge else None
     atomic_write_json(ws.result_manifest, manifest)
-    if history and not tail:  # with a fused tail's batch in it, this is no merge's cost
+    if merge:
         append_cost_history(ws.state_dir, query=query.id, kind="final", units=len(cover["units"]),
                             batches=len(cover["partials"]), wall_seconds=meter.wall_seconds,
                             cpu_seconds=meter.cpu_seconds, task_seconds=meter.task_seconds,
-                            backend=backend, window=ws.window_id)
+                            backend=backend, window=ws.window_id, end_to_end_seconds=manifest["end_to_end_seconds"])
     return manifest
 
 

@@ -10,7 +10,7 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.models import cost_model_from_dict, final_agg_from_dict, scaled
 
 #: The execution backends: one spark-submit per batch, or a shared Spark Connect server.
-BACKENDS = ("spark-submit", "spark-connect")
+BACKENDS = tuple(options.BACKENDS)
 
 
 def window_id(window_start: float) -> str:
@@ -47,8 +47,8 @@ class QueryConfig:
     grace: float = _ARRIVAL.grace                 #: Arrival.grace
     late: str = _ARRIVAL.late                     #: Arrival.late
     lateness: float = _ARRIVAL.lateness           #: Arrival.lateness
-    cost_hint: dict = field(default_factory=lambda: dict(_PLAN.cost_hint))            #: Cut.cost_hint
-    final_agg_hint: dict = field(default_factory=lambda: dict(_PLAN.final_agg_hint))  #: Cut.final_agg_hint
+    cost_hint: dict | None = _PLAN.cost_hint           #: Cut.cost_hint (None: the backend's default)
+    final_agg_hint: dict | None = _PLAN.final_agg_hint  #: Cut.final_agg_hint (None: the backend's default)
     cost_scale: float = _PLAN.cost_scale          #: Cut.cost_scale (:func:`scaled`)
     #: "plan" (Algorithm1), "dynamic" (MinBatches, section 4), or "one_batch" (OneBatch)
     mode: str = _PLAN.mode
@@ -94,6 +94,8 @@ class QueryConfig:
                               "after the window's end), not both", "ahead")
         if self.rate is not None and not self.rate > 0:
             raise ConfigError(f"must be > 0 units per second, got {self.rate!r}", "rate")
-        scaled(cost_model_from_dict(self.cost_hint, "cost_hint"), self.cost_scale)  # checks cost_scale too
-        final_agg_from_dict(self.final_agg_hint, "final_agg_hint")
+        scaled(cost_model_from_dict(self.cost_hint or options.backend_class(self.backend).default_cost, "cost_hint"),
+               self.cost_scale)  # checks cost_scale too
+        if self.final_agg_hint is not None:
+            final_agg_from_dict(self.final_agg_hint, "final_agg_hint")
 

@@ -8,9 +8,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.options import backend_class
 from airflow_iqp.planning.models import (
-    CostModel, FinalAggCost, PiecewiseLinearFinalAgg, cost_model_from_dict, final_agg_from_dict,
-    fit_piecewise_linear, plus_fixed, scaled,
+    CostModel, FinalAggCost, LinearCost, LinearFinalAgg, PiecewiseLinearFinalAgg, cost_model_from_dict,
+    final_agg_from_dict, fit_piecewise_linear, plus_fixed, scaled,
 )
 from airflow_iqp.state import list_ready_units, read_cost_history, read_json
 from airflow_iqp.streams import TPCH, Stream
@@ -94,66 +96,122 @@ def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
     """The cost models to plan with, and where they came from.
 
     In order of preference: the newest calibrated fit of this query and backend
-    (``airflow-iqp calibrate``: end-to-end seconds, the backend's per-batch start-up
-    included); a fit to this backend's measured batches and merges; the configured hints.
+    (``airflow-iqp calibrate``: end-to-end seconds of its jobs); a fit to the cost history,
+    what this query's batches and merges took on this backend from claim to written output
+    (:mod:`airflow_iqp.spark.jobmetrics`); the configured hints; the backend's built-in
+    default (:attr:`~airflow_iqp.options.Backend.default_cost`). ``dispatch`` is added only
+    to the models that leave Airflow's part out: a calibrated fit and a hint.
     """
-    cost, agg, source = _cost_models(cfg)
+    cost, cost_source, cost_dispatch = _batch_model(cfg)
+    agg, agg_source, agg_dispatch = _merge_model(cfg)
+    source = cost_source if cost_source == agg_source else f"{cost_source}; {agg_source}"
     # The final task runs even after a single batch, so one batch pays a merge too.
     agg = replace(agg, merge_single=True)
     if cfg.cost_scale != 1:
         cost, agg = scaled(cost, cfg.cost_scale), scaled(agg, cfg.cost_scale)
         source += f"; costs x {cfg.cost_scale:g} (cost_scale)"
-    if cfg.fuse_tail and cfg.backend == "spark-submit":
-        # The merge runs in the last batch's spark-submit: it does not start a JVM of its own.
+    if cfg.fuse_tail and backend_class(cfg.backend).job_startup:
+        # The merge runs in the last batch's job: it does not start a JVM of its own.
         # (On Spark Connect both run on one open session either way: nothing is shared.)
         agg = replace(agg, shared_startup=min(_overhead(cost), agg.cost(1)))
         source += f"; fused tail: the merge shares the last batch's start-up ({agg.shared_startup:.1f} s)"
-    if cfg.dispatch:
-        # Every batch is a task Airflow starts after its input is claimed, and so is the final
-        # task, unless it runs the last batch (a fused tail), whose start the batch already paid.
+    # Every batch is a task Airflow starts after its input is claimed, and so is the final
+    # task, unless it runs the last batch (a fused tail), whose start the batch already paid.
+    if cfg.dispatch and cost_dispatch:
         cost = plus_fixed(cost, cfg.dispatch)
-        if not cfg.fuse_tail:
-            agg = plus_fixed(agg, cfg.dispatch)
         source += f"; {cfg.dispatch:g} s of task dispatch per batch"
+    if cfg.dispatch and agg_dispatch and not cfg.fuse_tail:
+        agg = plus_fixed(agg, cfg.dispatch)
     return cost, agg, source
 
 
 def tail_startup(cfg: QueryConfig, cost: CostModel) -> float:
     """Seconds of a fused tail's fixed start that its task pays during its lead, before the
-    last batch's input is complete: Airflow starting the task (``dispatch``) and, on
-    spark-submit, the job's JVM and session (the batch cost's start-up, ``cost`` as
-    :func:`cost_models` gives it, dispatch included). Zero without a fused tail."""
+    last batch's input is complete: Airflow starting the task (``dispatch``) and, on a
+    backend whose jobs start their own JVM, the job's JVM and session (the batch cost's
+    start-up, ``cost`` as :func:`cost_models` gives it, dispatch included). Zero without a
+    fused tail."""
     if not cfg.fuse_tail:
         return 0.0
-    return _overhead(cost) if cfg.backend == "spark-submit" else cfg.dispatch
+    return _overhead(cost) if backend_class(cfg.backend).job_startup else cfg.dispatch
 
 
-def _cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
+#: A cost-history record's seconds from claim to written output
+#: (:mod:`airflow_iqp.spark.jobmetrics`): what the plan's costs stand for.
+SPAN = "end_to_end_seconds"
+
+
+def _calibrated(cfg: QueryConfig) -> dict | None:
     fits = read_cost_history(cfg.state_dir, cfg.query, "fit", cfg.backend)
-    if fits:
-        fit = fits[-1]
-        when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(fit["recorded_at"]))
-        return (cost_model_from_dict(fit["cost"], "cost_history.fit.cost"),
-                final_agg_from_dict(fit["final_agg"], "cost_history.fit.final_agg"),
-                f"cost and final aggregation calibrated for {cfg.backend} at {when} UTC")
-    batches = read_cost_history(cfg.state_dir, cfg.query, "batch", cfg.backend)
-    finals = read_cost_history(cfg.state_dir, cfg.query, "final", cfg.backend)
-    source = []
-    if len({r["units"] for r in batches}) >= 2:
-        cost: CostModel = fit_piecewise_linear([(r["units"], r["wall_seconds"]) for r in batches], max_pieces=4)
-        source.append(f"cost fitted to {len(batches)} measured batches")
-    else:
-        cost = cost_model_from_dict(cfg.cost_hint, "cost_hint")
-        source.append("cost from the configured hint")
-    if len({r["batches"] for r in finals}) >= 2:
-        fit = fit_piecewise_linear([(r["batches"], r["wall_seconds"]) for r in finals], max_pieces=3)
-        agg: FinalAggCost = PiecewiseLinearFinalAgg(fit.points)
-        source.append(f"final aggregation fitted to {len(finals)} measured merges")
-    else:
-        agg = final_agg_from_dict(cfg.final_agg_hint, "final_agg_hint")
-        source.append("final aggregation from the configured hint")
-    return cost, agg, "; ".join(source)
+    return fits[-1] if fits else None
 
+
+def _calibrated_source(cfg: QueryConfig, fit: dict) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(fit["recorded_at"]))
+    return f"cost and final aggregation calibrated for {cfg.backend} at {when} UTC"
+
+
+def _batch_model(cfg: QueryConfig) -> tuple[CostModel, str, bool]:
+    """The batch cost model, where it came from, and whether it leaves out ``dispatch``."""
+    fit = _calibrated(cfg)
+    if fit:
+        return cost_model_from_dict(fit["cost"], "cost_history.fit.cost"), _calibrated_source(cfg, fit), True
+    samples = _spans(cfg, "batch", "units")
+    if len({x for x, _y in samples}) >= 2:
+        return (fit_piecewise_linear(samples, max_pieces=4),
+                f"cost fitted to {len(samples)} batches measured from claim to partial", False)
+    hint = cfg.cost_hint is not None
+    prior = cost_model_from_dict(cfg.cost_hint if hint else backend_class(cfg.backend).default_cost, "cost_hint")
+    whose = "the configured hint" if hint else f"the built-in {cfg.backend} default"
+    if samples:
+        return (_through(prior, samples), f"cost from {len(samples)} batches of {samples[0][0]} units measured "
+                                          f"from claim to partial, per unit as {whose}", False)
+    return prior, f"cost from {whose}", hint
+
+
+def _merge_model(cfg: QueryConfig) -> tuple[FinalAggCost, str, bool]:
+    """The final aggregation's model, where it came from, and whether it leaves out ``dispatch``."""
+    fit = _calibrated(cfg)
+    if fit:
+        return (final_agg_from_dict(fit["final_agg"], "cost_history.fit.final_agg"), _calibrated_source(cfg, fit),
+                True)
+    samples = _spans(cfg, "final", "batches")
+    if len({x for x, _y in samples}) >= 2:
+        return (PiecewiseLinearFinalAgg(fit_piecewise_linear(samples, max_pieces=3).points),
+                f"final aggregation fitted to {len(samples)} merges measured from the last batch's end", False)
+    hint = cfg.final_agg_hint is not None
+    prior = final_agg_from_dict(cfg.final_agg_hint if hint else backend_class(cfg.backend).default_final_agg,
+                                "final_agg_hint")
+    whose = "the configured hint" if hint else f"the built-in {cfg.backend} default"
+    if samples:
+        return (_through(prior, samples), f"final aggregation from {len(samples)} merges of {samples[0][0]} "
+                                          f"partials measured from the last batch's end, per partial as {whose}",
+                False)
+    return prior, f"final aggregation from {whose}", hint
+
+
+def _spans(cfg: QueryConfig, kind: str, size: str) -> list[tuple[int, float]]:
+    """(size, seconds from claim to written output) of this query's measured batches or
+    merges on its backend. Records without that span (a calibration's, a batch retried,
+    one run in a fused tail's open session) measure something else and are left out."""
+    return [(r[size], r[SPAN]) for r in read_cost_history(cfg.state_dir, cfg.query, kind, cfg.backend)
+            if r.get(SPAN) is not None and r[size] >= 1]
+
+
+def _through(model, samples: list[tuple[int, float]]):
+    """``model`` moved by a fixed number of seconds to pass through the mean of ``samples``,
+    all at one size: one measured size shows the start-up, not the cost per unit, which
+    stays the model's. Where that would need a negative start-up, the line from zero
+    through the mean instead."""
+    x, y = samples[0][0], statistics.fmean(s for _x, s in samples)
+    delta = y - (replace(model, merge_single=True) if hasattr(model, "merge_single") else model).cost(x)
+    if isinstance(model, LinearCost):
+        fixed = model.per_batch + delta
+        return replace(model, per_batch=fixed) if fixed >= 0 else LinearCost(per_unit=y / x)
+    if isinstance(model, LinearFinalAgg):
+        fixed = model.base + delta
+        return replace(model, base=fixed) if fixed >= 0 else LinearFinalAgg(per_batch=y / x)
+    return replace(model, points=tuple((px, max(0.0, py + delta)) for px, py in model.points))
 
 
 def streams_of(cfg: QueryConfig) -> tuple[Stream, ...]:

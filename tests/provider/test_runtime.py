@@ -81,10 +81,10 @@ def test_readiness_lists_the_units_only_once_enough_names_are_there(tmp_path):
 def test_cost_model_comes_from_history_once_there_is_some(tmp_path):
     c = cfg(tmp_path)
     for units, secs in ((10, 21.0), (60, 23.0), (240, 30.0)):
-        append_cost_history(c.state_dir, query="cq2", kind="batch", units=units, batches=1, wall_seconds=secs,
-                            backend=c.backend)
+        append_cost_history(c.state_dir, query="cq2", kind="batch", units=units, batches=1, wall_seconds=secs - 9,
+                            backend=c.backend, end_to_end_seconds=secs)
     wp = plan_window(c, START, START + 240, START + 340, now=START)
-    assert "fitted to 3 measured batches" in wp.models
+    assert "fitted to 3 batches measured from claim to partial" in wp.models
     assert wp.plan.sizes == [240]   # 30 s for the whole window: one batch after it fits
     other = plan_window(cfg(tmp_path, backend="spark-connect"), START, START + 240, START + 340, now=START)
     assert "hint" in other.models   # history of another backend does not count

@@ -76,6 +76,8 @@ def test_retried_batch_leaves_the_result_unchanged(spark, units, tpch_dir, tmp_p
     assert_same_rows(after, ref, ordered=True, label="q4 vs duckdb")
     hist = read_cost_history(tmp_path, query="q4")
     assert [r["kind"] for r in hist] == ["batch", "batch", "batch", "final", "batch", "final"]
+    # Claimed and run outside Airflow (no attempts on record): no span from claim to output.
+    assert all(r["end_to_end_seconds"] is None for r in hist)
     metrics = json.loads(ws.metrics_path(1).read_text())
     assert metrics["units"] == 2 and metrics["rows_in"] > 0 and metrics["bytes"] > 0
     assert metrics["rows_out"] == len(spark.read.parquet(str(ws.partial_path(1))).collect())
@@ -85,6 +87,38 @@ def test_retried_batch_leaves_the_result_unchanged(spark, units, tpch_dir, tmp_p
     assert result_manifest["units"] == [u.name for u in units]
     assert result_manifest["batches"] == [0, 1, 2]
     assert len(result_manifest["files"]) == 2 * len(units)
+
+
+def test_the_cost_history_has_each_batch_from_claim_to_partial_and_the_merge_from_the_last_batch(
+        spark, units, tpch_dir, tmp_path):
+    """As the provider runs a window, each task recording its attempt before its job: the
+    history's spans hold the task's start, which the job's own step seconds leave out."""
+    import time
+    from types import SimpleNamespace
+
+    from airflow_iqp.state import batch_name, read_json
+    from airflow_iqp.window.accounting import record_attempt
+
+    ws = WindowState(tmp_path, "q4", "w")
+    for b, chunk in enumerate(split_consecutive(units, 2)):
+        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, get_query("q4").streams))
+        record_attempt(ws.root, batch_name(b), SimpleNamespace(task_id="batch.submit", map_index=b, try_number=1))
+        time.sleep(0.3)  # the task starting
+        execute_batch(spark, "q4", ws.claim_path(b), str(tpch_dir / "static"), ws.partial_path(b))
+    record_attempt(ws.root, "final", SimpleNamespace(task_id="final", map_index=-1, try_number=1))
+    time.sleep(0.3)
+    execute_final(spark, "q4", ws.root, expect_units=len(units))
+    *batches, final = read_cost_history(tmp_path, query="q4")
+    ends = []
+    for b, record in enumerate(batches):
+        claimed, written = read_json(ws.claim_path(b))["claimed_at"], read_json(ws.metrics_path(b))["written_at"]
+        assert record["end_to_end_seconds"] == pytest.approx(written - claimed)
+        assert record["end_to_end_seconds"] >= record["wall_seconds"] + 0.3
+        ends.append(written)
+    manifest = read_json(ws.result_manifest)
+    assert final["end_to_end_seconds"] == manifest["end_to_end_seconds"]
+    assert final["end_to_end_seconds"] == pytest.approx(manifest["written_at"] - max(ends))
+    assert final["end_to_end_seconds"] >= final["wall_seconds"] + 0.3
 
 
 def test_a_fused_tail_merges_its_batch_in_one_job_writes_no_partial_and_a_retry_counts_nothing_twice(

@@ -58,6 +58,10 @@ def test_the_report_compares_the_plan_with_what_ran_and_records_late_units(tmp_p
     assert report == read_json(ws.root / "report.json")
     assert [(b["index"], b["planned_units"], b["claimed_units"], b["wall_seconds"]) for b in report["batches"]] == [
         (1, 2, 2, 4.0), (2, 2, 2, 4.0)]
+    # Each batch's planned cost beside what it took from its claim to its written partial.
+    claims = {i: read_json(ws.claim_path(i)) for i in (1, 2)}
+    assert [(b["planned_cost"], b["claim_to_partial_seconds"]) for b in report["batches"]] == [
+        (20.0, read_json(ws.metrics_path(i))["written_at"] - claims[i]["claimed_at"]) for i in (1, 2)]
     assert report["deadline_met"] and report["deadline_ts"] == plan[0]["deadline_ts"]
     assert report["final_wall_seconds"] == 3.0 and report["backend"] == "spark-submit"
     # Unit 000005 landed after the last claim: late data, and the result is partial.
