@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.planning.exact import MAX_UNITS, plan_exact
 from airflow_iqp.planning.minbatch import min_batch_size
 from airflow_iqp.planning.models import Busy, CostModel, EmpiricalArrival, FinalAggCost, LinearCost, LinearFinalAgg
-from airflow_iqp.planning.planner import IDLE, Plan, build_plan, executed, plan_batches
+from airflow_iqp.planning.planner import IDLE, Plan, executed
 from airflow_iqp.planning.report import format_plan
+from airflow_iqp.planning.spec import PlanSpec
 from airflow_iqp.state import WindowState, atomic_write_json, list_ready_units
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig, clock, window_id
@@ -37,6 +38,8 @@ class WindowPlan:
     #: The models planned with (``to_dict``), for the re-plans of a window whose total is unknown.
     cost_model: dict | None = None
     final_agg_model: dict | None = None
+    #: The plan spec it was planned from, on the window's axis (``PlanSpec.to_dict``).
+    spec: dict | None = None
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k not in ("plan", "batches")}
@@ -86,7 +89,7 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
     # Queries due earlier have the cluster for ``ahead`` seconds after the window's end: this
     # window's work after its end gets what is left of the deadline.
     rel_deadline = deadline - window_start - cfg.ahead
-    plan, models, cost, agg = _plan(cfg, length, rel_deadline, backfill, now - window_start, busy)
+    plan, models, cost, agg, spec = _plan(cfg, length, rel_deadline, backfill, now - window_start, busy)
     models += shared + estimate
     batches = batch_entries(cfg, plan, window_start, window_end, deadline, backfill, known or backfill)
     if cfg.mode == "dynamic" and not backfill:
@@ -97,7 +100,7 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
                       window_start=window_start,
                       window_end=window_end, deadline=deadline, planned_at=now, plan=plan, batches=batches,
                       backfill=backfill, models=models, cost_model=_json_model(cost),
-                      final_agg_model=_json_model(agg))
+                      final_agg_model=_json_model(agg), spec=_json_model(spec))
 
 
 def _json_model(model) -> dict | None:
@@ -130,23 +133,28 @@ def _checkpoint_entries(entries: list[Batch], window_start: float, window_end: f
 
 
 def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, rel_now: float,
-          busy) -> tuple[Plan, str, CostModel, FinalAggCost]:
+          busy) -> tuple[Plan, str, CostModel, FinalAggCost, PlanSpec]:
     """One query's plan on the window's axis (0 = its start), in the executor time ``busy``
-    leaves; where its models came from; and the models."""
+    leaves; where its models came from; the models; and the spec it was planned from
+    (``airflow-iqp plan --window`` plans it again)."""
     cost, agg, models = cost_models(cfg)
     offsets = (observed_offsets(cfg) if cfg.arrival == "observed" else None) or arrival_offsets_hint(cfg, length)
     arrival = EmpiricalArrival(tuple(min(o, length) for o in offsets))
+    spec = partial(PlanSpec, window_start=0.0, cost=cost, final_agg=agg, busy=busy)
     if backfill:
         # Everything is there: one batch, ready now. The deadline (long past for an old
         # window) is the planner's business only to say whether it is met.
-        plan = build_plan([cfg.units], EmpiricalArrival((rel_now,) * cfg.units), cost, agg, rel_now,
-                          max(rel_deadline, rel_now))
+        spec = spec(window_end=rel_now, deadline=max(rel_deadline, rel_now), busy=IDLE,
+                    arrival=EmpiricalArrival((rel_now,) * cfg.units), sizes=(cfg.units,))
         models += "; backfill: the window's input is complete, one batch"
     elif cfg.mode == "dynamic":
-        plan = _minbatch_plan(cfg, arrival, cost, agg, length, rel_deadline, busy)
+        mb = min_batch_size(cost, agg, cfg.units, cfg.rsf, cfg.c_max)
+        spec = spec(window_end=length, deadline=rel_deadline, arrival=arrival, method="minbatch",
+                    sizes=_minbatch_sizes(cfg, mb.size))
         models += f"; dynamic: MinBatches for rsf {cfg.rsf}"
     elif cfg.mode == "one_batch":
-        plan = build_plan([cfg.units], arrival, cost, agg, length, rel_deadline, method="one_batch", busy=busy)
+        spec = spec(window_end=length, deadline=rel_deadline, arrival=arrival, method="one_batch",
+                    sizes=(cfg.units,))
         models += "; one_batch: the whole window after its end"
     else:
         # A fused tail's task is started before the window's end (tail_lead), so the last
@@ -159,34 +167,21 @@ def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, 
             arrival = EmpiricalArrival(tuple(min(o, end) for o in arrival.times))
         # Function 1 gives the fewest batches for linear models only: other models get the
         # exact planner, in at most MAX_UNITS planning units. (It cannot plan whole batches
-        # around the turns of queries due earlier: Function 1 does.)
+        # around the turns of queries due earlier: Function 1 does.) Each batch keeps at
+        # least the margin between its input being ready and its latest safe start.
         exact = not (isinstance(cost, LinearCost) and isinstance(agg, LinearFinalAgg) or busy.whole and busy.intervals)
-
-        def planned(by: float) -> Plan:
-            if exact:
-                return plan_exact(arrival, cost, agg, end, by, busy, max_units=MAX_UNITS)
-            return plan_batches(arrival, cost, agg, end, by, busy)
-
-        # Cut the batches against the deadline less the margin, then state their latest
-        # starts and feasibility against the true deadline: each batch keeps at least
-        # the margin between its input being ready and its latest safe start.
-        sized = planned(max(length, rel_deadline - cfg.margin))
-        plan = build_plan(sized.sizes, arrival, cost, agg, end, rel_deadline, busy=busy, method=sized.method)
-        if exact:
-            plan.extra.update(sized.extra)
-        if not plan.feasible:
-            plan = planned(rel_deadline)
-    return plan, models, cost, agg
+        spec = spec(window_end=end, deadline=rel_deadline, arrival=arrival, method="exact" if exact else "greedy",
+                    margin=cfg.margin)
+    plan = spec.plan()
+    if cfg.mode == "dynamic" and not backfill:
+        plan.extra["min_batch"] = mb.to_dict()
+    return plan, models, cost, agg, spec
 
 
-def _minbatch_plan(cfg, arrival, cost, agg, length, rel_deadline, busy) -> Plan:
-    """Section 4's dynamic mode: cut the window into MinBatches (at most ``max_batches``)."""
-    mb = min_batch_size(cost, agg, cfg.units, cfg.rsf, cfg.c_max)
-    size = max(mb.size, -(-cfg.units // cfg.max_batches))
-    sizes = [size] * (cfg.units // size) + ([cfg.units % size] if cfg.units % size else [])
-    plan = build_plan(sizes, arrival, cost, agg, length, rel_deadline, method="minbatch", busy=busy)
-    plan.extra["min_batch"] = mb.to_dict()
-    return plan
+def _minbatch_sizes(cfg: QueryConfig, min_batch: int) -> tuple[int, ...]:
+    """Section 4's dynamic mode: the window cut into MinBatches (at most ``max_batches``)."""
+    size = max(min_batch, -(-cfg.units // cfg.max_batches))
+    return (size,) * (cfg.units // size) + ((cfg.units % size,) if cfg.units % size else ())
 
 
 def _dynamic_entries(cfg: QueryConfig, entries: list[Batch]) -> list[Batch]:

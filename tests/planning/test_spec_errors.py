@@ -40,6 +40,12 @@ CASES = [
     (variant(window_end=KeyError), "window_end"),
     (variant(arrival={"kind": "profile", "points": [[1, 0], [12, 10]]}), "window_end"),  # last unit after window end
     (variant(method="magic"), "method"),
+    (variant(method="minbatch"), "method"),  # names what chose fixed sizes: needs sizes
+    (variant(margin=-1), "margin"),
+    (variant(dispatch="5"), "dispatch"),
+    (variant(sizes=[4, 0]), "sizes"),
+    (variant(busy={"intervals": [[3, 2]]}), "busy"),
+    (variant(busy={"spans": [[1, 2]]}), "busy"),
 ]
 
 

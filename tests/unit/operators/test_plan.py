@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import pytest
 from airflow.sdk import DAG
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.operators.plan import BatchPlanOperator
-from airflow_iqp.options import Algorithm1, Arrival, SparkConnect, SparkSubmit
+from airflow_iqp.options import Algorithm1, Arrival, MinBatches, SparkConnect, SparkSubmit
 from airflow_iqp.query.store import load_query
 from airflow_iqp.state import WindowState, read_json
 from airflow_iqp.timetables.window import WindowTimetable
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.config import window_id
+from airflow_iqp.window.config import clock, window_id
 from tests.unit.support import START, TI, context
 
 WINDOW = dt.timedelta(minutes=4)
@@ -114,3 +115,44 @@ def test_a_plain_landing_path_binds_the_window_to_the_streams_and_a_templated_on
         entries = op.execute(context(ti, end=START + WINDOW))
         windows = {tuple(s["window"]) if s["window"] else None for e in entries for s in e["streams"]}
         assert windows == ({(START.timestamp(), (START + WINDOW).timestamp())} if bound else {None})
+
+
+@pytest.mark.parametrize("settings", [
+    dict(),  # the built-in default costs, margin and the merge after one batch
+    dict(cut=Algorithm1(margin=30, cost_hint={"kind": "linear", "per_unit": 0.3, "per_batch": 8}),
+         backend=SparkSubmit(dispatch=4)),
+    dict(cut=MinBatches(**COSTS), arrival=Arrival(units=240, rate=1.0, grace=5)),
+    dict(backend=SparkConnect(fuse_tail=True, dispatch=2)),
+], ids=["defaults", "margin-and-dispatch", "minbatches", "fused-tail"])
+def test_airflow_iqp_plan_gives_the_plan_task_s_plan_of_the_same_window(tmp_path, capsys, settings):
+    from airflow_iqp.cli.main import main
+
+    planner(tmp_path, **settings).execute(context(TI("plan"), end=START + WINDOW))
+    capsys.readouterr()  # the task's own log lines
+    ws = window_state(tmp_path)
+    stored = read_json(ws.root / "plan.json")
+    assert main(["plan", "--window", str(ws.root), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert [b["units"] for b in again["batches"]] == [b["units"] for b in stored["plan"]["batches"]]
+    assert [b["latest_start"] for b in again["batches"]] == [b["latest_start"] for b in stored["plan"]["batches"]]
+    assert again["final_agg_cost"] == stored["plan"]["final_agg_cost"] > 0
+    # On the clock, as the plan task logged it, with where its costs came from.
+    assert main(["plan", "--window", str(ws.root)]) == 0
+    table = capsys.readouterr().out
+    assert stored["models"] in table
+    assert all(f" {clock(b['latest_start_ts'])} " in table for b in stored["batches"] if not b.get("spare"))
+
+
+def test_a_spec_planned_like_the_dag_needs_its_margin_and_merge(tmp_path, capsys):
+    """The same models without the plan task's margin and merge after one batch plan fewer batches."""
+    from airflow_iqp.cli.main import main
+
+    planner(tmp_path, cut=Algorithm1()).execute(context(TI("plan"), end=START + WINDOW))
+    capsys.readouterr()
+    stored = read_json(window_state(tmp_path).root / "plan.json")
+    spec = stored["spec"]
+    assert spec["margin"] == 10 and spec["final_agg"]["merge_single"]
+    bare = {**spec, "margin": 0, "final_agg": {**spec["final_agg"], "merge_single": False}}
+    (tmp_path / "spec.json").write_text(json.dumps(bare))
+    assert main(["plan", "--spec", str(tmp_path / "spec.json"), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["batches"]) < len(stored["batches"])
