@@ -4,7 +4,7 @@
 
     from datetime import timedelta
     from airflow_iqp.dag_factory import iqp_dag
-    from airflow_iqp.options import Algorithm1, Arrival
+    from airflow_iqp.options import Arrival
 
     dag = iqp_dag(
         query="cq2",
@@ -12,8 +12,10 @@
         static="/data/tpch/static",
         window=timedelta(hours=1), deadline_offset=timedelta(minutes=10),
         arrival=Arrival(units=240, rate=240 / 3600),
-        cut=Algorithm1(cost_hint={"kind": "linear", "per_unit": 0.05, "per_batch": 20}),
     )
+
+No cost needs to be given: the first window is planned with the backend's built-in
+default, every later one with what the query's batches and merges took (the cost history).
 
 The DAG: ``plan`` (BatchPlanOperator) -> per batch, a mapped task group ``batch`` of
 ``wait`` (BatchReadySensor, deferred to the triggerer) and ``submit`` (BatchOperator:

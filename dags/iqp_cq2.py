@@ -7,14 +7,15 @@ Set IQP_DATA to the directory that holds the landing directories; the
 window, the units per window and the deadline offset come from IQP_WINDOW_S, IQP_UNITS
 and IQP_DEADLINE_S (an hour, 240 units and 10 minutes by default). IQP_ANCHOR (ISO
 time) puts a window boundary there, and no window starts before it; none starts after
-IQP_END (ISO time), if set.
+IQP_END (ISO time), if set. No cost is given: the first window is planned with the
+backend's built-in default, every later one with what this query's batches and merges took.
 """
 
 import os
 from datetime import datetime, timedelta
 
 from airflow_iqp.dag_factory import iqp_dag
-from airflow_iqp.options import Alerts, Algorithm1, Arrival
+from airflow_iqp.options import Alerts, Arrival
 
 DATA = os.environ.get("IQP_DATA", "/opt/iqp")
 
@@ -28,9 +29,6 @@ dag = iqp_dag(
     window=timedelta(seconds=int(os.environ.get("IQP_WINDOW_S", "3600"))),
     deadline_offset=timedelta(seconds=int(os.environ.get("IQP_DEADLINE_S", "600"))),
     arrival=Arrival(units=int(os.environ.get("IQP_UNITS", "240")), profile=os.environ.get("IQP_PROFILE", "fixed")),
-    cut=Algorithm1(cost_hint={"kind": "linear", "per_unit": float(os.environ.get("IQP_COST_PER_UNIT", "0.05")),
-                              "per_batch": float(os.environ.get("IQP_COST_PER_BATCH", "20"))},
-                   final_agg_hint={"kind": "linear", "base": 20.0, "per_batch": 0.5}),
     alerts=Alerts(deadline=os.environ.get("IQP_DEADLINE_ALERT", "1") == "1"),
     anchor=ANCHOR,
     end_date=END,

@@ -12,7 +12,7 @@ import os
 from datetime import timedelta
 
 from airflow_iqp.dag_factory import iqp_dag
-from airflow_iqp.options import Algorithm1, Arrival
+from airflow_iqp.options import Arrival
 
 DATA = os.environ.get("IQP_DATA", "/opt/iqp")
 
@@ -33,5 +33,4 @@ dag = iqp_dag(
     window=timedelta(hours=1),
     deadline_offset=timedelta(minutes=10),
     arrival=Arrival(units=120),
-    cut=Algorithm1(cost_hint={"kind": "linear", "per_unit": 0.05, "per_batch": 20}),
 )

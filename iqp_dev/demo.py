@@ -55,7 +55,6 @@ def main(argv: list[str] | None = None) -> int:
     env = {
         "IQP_DATA": str(out), "IQP_ANCHOR": datetime.fromtimestamp(anchor, timezone.utc).isoformat(),
         "IQP_WINDOW_S": str(args.window), "IQP_UNITS": str(units), "IQP_DEADLINE_S": str(args.deadline),
-        "IQP_COST_PER_UNIT": "0.6", "IQP_COST_PER_BATCH": "25",
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
         "AIRFLOW__IQP__STATE_DIR": str(out / "state"),
         # `airflow dags test` would need the DeadlineAlert off; real processes handle it.
@@ -109,14 +108,16 @@ def _print_report(plan: dict, report: dict, tis: list[dict]) -> None:
     subs = {t["map_index"]: t for t in tis if t["task_id"] == "batch.submit"}
     print(f"Plan against actual ({plan['models']}):")
     print(f"{'batch':>7} {'units':>6} {'claimed':>8} {'ready':>9} {'latest':>9} {'claimed at':>11} "
-          f"{'started':>9} {'ended':>9} {'planned s':>10} {'spark s':>8}")
+          f"{'started':>9} {'ended':>9} {'planned s':>10} {'took s':>7} {'spark s':>8}")
     for b, r in zip(plan["batches"], report["batches"]):
         t = subs.get(b["index"] - 1, {})
         st, en = _iso_ts(t.get("start_date")), _iso_ts(t.get("end_date"))
         print(f"{b['index']:>4}/{b['of']:<2} {b['units']:>6} {r['claimed_units']:>8} {_utc(b['ready_ts']):>9} "
               f"{_utc(b['latest_start_ts']):>9} {_utc(r['claimed_at']) if r['claimed_at'] else '-':>11} "
               f"{_utc(st) if st else '-':>9} {_utc(en) if en else '-':>9} {b['cost']:>10.1f} "
-              f"{(r['wall_seconds'] or 0):>8.1f}")
+              f"{(r.get('claim_to_partial_seconds') or 0):>7.1f} {(r['wall_seconds'] or 0):>8.1f}")
+    print("(took s: from the claim to the written partial, what planned s stands for; "
+          "spark s: the job's Spark work alone)")
     met = "met" if report["deadline_met"] else "MISSED"
     print(f"final aggregation finished {_utc(report['finished_ts'])}; deadline {_utc(report['deadline_ts'])}: {met}"
           f"{'; the result is partial (late units)' if report['partial'] else ''}")
