@@ -7,7 +7,12 @@ processes) on ``dags/``, and lets the ``iqp_cq2`` DAG run one 2-minute window wh
 ``spark-submit`` on ``local[*]``. At the end it prints the plan against what actually
 ran, the result table, and where the Gantt chart of the run was written.
 
-    python -m iqp_dev.demo [--out var/demo] [--window 120] [--keep-home]
+    python -m iqp_dev.demo [--out var/demo] [--window 120] [--windows 1] [--json PATH] [--keep-home]
+
+With ``--windows 2`` the DAG runs two consecutive windows over the same units: the first is
+planned with the backend's built-in default costs, the second with what the first one's
+batches and merge took, from claim to written partial; ``--json`` writes each window's
+planned against actual seconds per batch.
 """
 
 from __future__ import annotations
@@ -38,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "var" / "demo", help="working directory (wiped)")
     ap.add_argument("--window", type=int, default=120, help="window length in seconds (1 unit arrives per second)")
     ap.add_argument("--deadline", type=int, default=80, help="seconds after the window end the result is due")
+    ap.add_argument("--windows", type=int, default=1, help="consecutive windows to run (the later ones are planned "
+                    "from the earlier ones' measured costs)")
+    ap.add_argument("--json", type=Path, help="write each window's planned against actual seconds here")
     ap.add_argument("--keep-home", action="store_true", help="keep the Airflow home for inspection")
     args = ap.parse_args(argv)
 
@@ -64,42 +72,60 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    up in {af.timings['startup']:.0f} s; UI and API at {af.api_url}", flush=True)
         af.wait_for_dag(DAG_ID)
         af.unpause(DAG_ID)
-        window_id = datetime.fromtimestamp(anchor, timezone.utc).strftime("%Y%m%dT%H%M%S")
-        landing = out / "landing" / "cq2" / window_id
-        print(f"3/4 window {_utc(anchor)}-{_utc(anchor + args.window)}, deadline {_utc(anchor + args.window + args.deadline)}"
-              f"; replaying {units} units into {landing}", flush=True)
-        time.sleep(max(0.0, anchor - time.time()))
-        replay = subprocess.Popen([sys.executable, "-m", "airflow_iqp.cli.main", "replay", "--from", str(out / "tpch"),
-                                   "--to", str(landing), "--rate", "1"], stdout=subprocess.DEVNULL)
-        run_id = None
-        while run_id is None:
-            runs = [r for r in af.dag_runs(DAG_ID) if r["run_type"] == "scheduled"]
-            run_id = runs[0]["dag_run_id"] if runs else None
-            time.sleep(1)
+        starts = [anchor + k * args.window for k in range(args.windows)]
+        ids = [datetime.fromtimestamp(a, timezone.utc).strftime("%Y%m%dT%H%M%S") for a in starts]
+        replays = []
+        for start, window_id in zip(starts, ids):
+            landing = out / "landing" / "cq2" / window_id
+            print(f"3/4 window {_utc(start)}-{_utc(start + args.window)}, deadline "
+                  f"{_utc(start + args.window + args.deadline)}; replaying {units} units into {landing}", flush=True)
+            time.sleep(max(0.0, start - time.time()))
+            replays.append(subprocess.Popen(
+                [sys.executable, "-m", "airflow_iqp.cli.main", "replay", "--from", str(out / "tpch"),
+                 "--to", str(landing), "--rate", "1"], stdout=subprocess.DEVNULL))
+            if start == starts[-1]:
+                break
+        run_ids = [af.window_run(DAG_ID, start, timeout=120) for start in starts]
         seen: set[tuple] = set()
         deadline = time.time() + args.window + args.deadline + 600
         while time.time() < deadline:
-            for t in af.task_instances(DAG_ID, run_id):
-                key = (t["task_id"], t["map_index"], t["state"])
-                if t["state"] and key not in seen:
-                    seen.add(key)
-                    label = t.get("rendered_map_index") if t["map_index"] >= 0 else ""
-                    print(f"    {_utc(time.time())}  {t['task_id']:<13} {t['state']:<9} {label or ''}", flush=True)
-            if af.dag_run(DAG_ID, run_id)["state"] in ("success", "failed"):
+            for run_id in run_ids:
+                for t in af.task_instances(DAG_ID, run_id):
+                    key = (run_id, t["task_id"], t["map_index"], t["state"])
+                    if t["state"] and key not in seen:
+                        seen.add(key)
+                        label = t.get("rendered_map_index") if t["map_index"] >= 0 else ""
+                        print(f"    {_utc(time.time())}  {t['task_id']:<13} {t['state']:<9} {label or ''}", flush=True)
+            if all(af.dag_run(DAG_ID, r)["state"] in ("success", "failed") for r in run_ids):
                 break
             time.sleep(2)
         af.pause(DAG_ID)
-        state = af.dag_run(DAG_ID, run_id)["state"]
-        tis = af.task_instances(DAG_ID, run_id)
-        replay.wait(timeout=60)
-    ws = WindowState(out / "state", "cq2", window_id)
-    if state != "success":
-        print(f"the run ended {state}; logs are under {out}", file=sys.stderr)
+        states = [af.dag_run(DAG_ID, r)["state"] for r in run_ids]
+        all_tis = [af.task_instances(DAG_ID, r) for r in run_ids]
+        for replay in replays:
+            replay.wait(timeout=60)
+    if states != ["success"] * len(run_ids):
+        print(f"the runs ended {states}; logs are under {out}", file=sys.stderr)
         return 1
     print("4/4 done\n")
-    _print_report(read_json(ws.root / "plan.json"), read_json(ws.root / "report.json"), tis)
+    windows = []
+    for window_id, tis in zip(ids, all_tis):
+        ws = WindowState(out / "state", "cq2", window_id)
+        plan, report = read_json(ws.root / "plan.json"), read_json(ws.root / "report.json")
+        print(f"window {window_id}:")
+        _print_report(plan, report, tis)
+        windows.append({"window": window_id, "models": plan["models"], "deadline_met": report["deadline_met"],
+                        "batches": [{"batch": b["index"], "units": r["claimed_units"], "planned_seconds": b["cost"],
+                                     "claim_to_partial_seconds": r.get("claim_to_partial_seconds")}
+                                    for b, r in zip(plan["batches"], report["batches"])]})
+        print()
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"window_seconds": args.window, "deadline_seconds": args.deadline,
+                                         "windows": windows}, indent=2) + "\n")
+    ws = WindowState(out / "state", "cq2", ids[-1])
     _print_result(read_json(ws.result_manifest))
-    png = _gantt(read_json(ws.root / "plan.json"), tis, out / "gantt.png")
+    png = _gantt(read_json(ws.root / "plan.json"), all_tis[-1], out / "gantt.png")
     print(f"\nGantt chart of the run (plan against actual): {png}")
     return 0
 
