@@ -15,6 +15,7 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.listing import LISTINGS, ListingCache, is_transient
 from airflow_iqp.window.readiness import (
+    LAST_UNIT_GRACE_S,
     batch_ready,
     claim_batch,
     fire_at,
@@ -44,7 +45,7 @@ def wait_ends_by(batch: Batch, claim: bool = True) -> float:
     """
     ends = [deadline_of(batch), batch.turn_ts]
     if claim:
-        ends += [batch.latest_start_ts, batch.ready_ts]
+        ends += [batch.latest_start_ts, batch.ready_ts + (LAST_UNIT_GRACE_S if batch.last else 0.0)]
     elif batch.start_ts is not None:
         ends.append(batch.start_ts)
     return max(ends)

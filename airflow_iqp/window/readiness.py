@@ -23,27 +23,37 @@ TAIL_POLL_S = 0.02
 BEHIND_POLL_FACTOR = 10
 
 
+#: The last batch of a window whose count is known waits this much longer than the window's
+#: end plus ``grace`` for the units still missing from that count (never past its latest
+#: safe start): a unit due at the window's end, published a moment after it, is not left
+#: late for nothing.
+LAST_UNIT_GRACE_S = 2.0
+
+
 def fire_at(batch: Batch) -> float:
     """When a batch fires on time alone: its latest safe start; the last batch at its ready
-    time, the window's end plus ``grace`` (and not before its turn).
+    time, the window's end plus ``grace`` (and not before its turn), or up to
+    :data:`LAST_UNIT_GRACE_S` later, within its latest start, when the window's count is known.
 
-    The last batch fires then and only then, whatever has been counted: a window's count of
-    units (``Arrival(units=...)``) is a hint, and a count reached early (a bad file, a
-    writer's extra file) must not leave the files that arrive before the window's end
-    behind. Firing later would only spend the deadline's slack."""
+    The last batch never fires before its ready time, whatever has been counted: a window's
+    count of units (``Arrival(units=...)``) is a hint, and a count reached early (a bad file,
+    a writer's extra file) must not leave the files that arrive before the window's end
+    behind."""
     batch = effective(batch)
-    if batch.late or batch.last:
+    if batch.late or (batch.last and not batch.known_total):
         return max(batch.ready_ts, batch.turn_ts)
+    if batch.last:
+        wait = min(batch.latest_start_ts, batch.ready_ts + LAST_UNIT_GRACE_S)
+        return max(batch.ready_ts, wait, batch.turn_ts)
     return batch.latest_start_ts
 
 
 def batch_ready(batch: Batch, now: float, arrived: int | None = None, listing: Any = None) -> str | None:
     """Why the batch may start now, or None: the paper's dynamic rule, whichever comes first.
 
-    ``"units"``: its planned units have arrived and the batch before it has claimed (never
-    for the last batch, which claims what arrived by the window's end); ``"time"``: its
-    latest safe start has come, or for the last batch the window's end plus ``grace``
-    (:func:`fire_at`). Never before the batch's turn on a shared cluster (``turn_ts``,
+    ``"units"``: its planned units have arrived and the batch before it has claimed (for
+    the last batch: the window's expected count, and not before the window's end plus
+    ``grace``); ``"time"``: :func:`fire_at` has come. Never before the batch's turn on a shared cluster (``turn_ts``,
     see ``QueryConfig.ahead``).
 
     ``listing`` (a :class:`~airflow_iqp.window.listing.Listing`) lists the landing
@@ -61,9 +71,9 @@ def batch_ready(batch: Batch, now: float, arrived: int | None = None, listing: A
         return "skip" if _previous_decided(batch) else ("time" if now >= fire_at(batch) else None)
     if now >= fire_at(batch):
         return "time"
-    if batch.spare or batch.late or batch.last:
-        return None  # a checkpoint, a late batch and the last batch fire on time
-    needed = batch.cumulative
+    if batch.spare or batch.late or (batch.last and (not batch.known_total or now < batch.ready_ts)):
+        return None  # a checkpoint, a late batch and the last batch of an unknown total fire on time
+    needed = batch.expected_total if batch.last else batch.cumulative
     if arrived is None:
         count, units = (listing.count, listing.units) if listing is not None else (count_landed, list_ready_units)
         streams = batch.stream_list()

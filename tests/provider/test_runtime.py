@@ -10,7 +10,7 @@ from tests.batches import make_batch
 from airflow_iqp.window.accounting import late_units
 from airflow_iqp.window.config import QueryConfig, window_id
 from airflow_iqp.window.plan import plan_window
-from airflow_iqp.window.readiness import batch_ready, claim_batch, fire_at
+from airflow_iqp.window.readiness import LAST_UNIT_GRACE_S, batch_ready, claim_batch, fire_at
 from airflow_iqp.state import (
     WindowState, append_cost_fit, append_cost_history, atomic_write_json, claim_units, note_seen, read_claims,
 )
@@ -101,16 +101,18 @@ def test_readiness_is_units_or_latest_start_whichever_first(tmp_path):
     WindowState(b1.state_dir, "cq2", b1.window_id).claim_path(1).parent.mkdir(parents=True)
     claim_batch(b1)
     assert batch_ready(b2, START + 1, arrived=240) == "units"
-    # The last batch fires at the window's end plus grace, and only then: the count of
-    # units is a hint, and reaching it early does not fire it.
-    last = wp.batches[-1]
+    # The last batch never fires before the window's end plus grace: the count of units is
+    # a hint, and reaching it early does not fire it.
+    last = wp.batches[-1].with_(index=1)  # the batches before it have claimed
+    assert last.ready_ts == START + 240 + last.grace
     assert batch_ready(last, START + 200, arrived=240) is None
     assert batch_ready(last, last.ready_ts - 0.01, arrived=240) is None
-    assert last.ready_ts == START + 240 + last.grace
-    assert batch_ready(last, last.ready_ts, arrived=3) == "time"
-    # Not later when its plan has slack after the window's end, nor earlier when it has none.
-    assert fire_at(last.with_(latest_start_ts=last.ready_ts + 30)) == last.ready_ts
+    assert batch_ready(last, last.ready_ts, arrived=240) == "units"
+    # Short of the count, it gives the missing units a moment, within its latest start.
+    assert batch_ready(last, last.ready_ts, arrived=239) is None
+    assert fire_at(last.with_(latest_start_ts=last.ready_ts + 30)) == last.ready_ts + LAST_UNIT_GRACE_S
     assert fire_at(last.with_(latest_start_ts=last.ready_ts - 30)) == last.ready_ts
+    assert batch_ready(last, fire_at(last), arrived=3) == "time"
     # A batch before the last fires at its latest start, slack or not.
     assert batch_ready(b1.with_(latest_start_ts=b1.ready_ts), b1.ready_ts, arrived=0) == "time"
 

@@ -182,7 +182,7 @@ def test_units_is_a_hint_the_last_batch_claims_every_file_that_arrived_past_the_
     assert batch_ready(last, T0 + 20) is None and batch_ready(last, T0 + W - 1) is None
     for i in range(4, 7):  # ... and more files land before the window's end
         drop(landing, f"c-{i}.csv", T0 + 60 + i)
-    assert batch_ready(last, T0 + W + cfg.grace) == "time"
+    assert batch_ready(last, T0 + W + cfg.grace) == "units"  # the count is there, and the window's end
     claim_batch(last, now=T0 + W)
     claims = read_claims(WindowState(tmp_path / "state", "clicks", wp.window_id))
     every = sorted(u for m in claims.values() for u in m["units"])
