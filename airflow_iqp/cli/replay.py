@@ -38,7 +38,8 @@ def run(args) -> int:
         if not args.json:
             print(f"{at:9.2f}s unit {path.name}", flush=True)
 
-    log = replay(args.source, args.landing, offsets, speedup=args.speedup, on_publish=say)
+    window = args.window if args.window is not None else n / rate  # the profiles' default window
+    log = replay(args.source, args.landing, offsets, speedup=args.speedup, window=window, on_publish=say)
     if args.json:
         json.dump({"profile": profile, "rate": rate, "speedup": args.speedup, "units": log}, sys.stdout)
         print()

@@ -40,15 +40,28 @@ def publish_unit(unit_dir: str | os.PathLike, landing: str | os.PathLike) -> Pat
     return final
 
 
+#: A unit due exactly at the window's end is published this much before it: its copy and
+#: rename take a moment, and a unit that lands after the end belongs to the next window in a
+#: flat landing directory (its last-modified time says which window it arrived in).
+END_MARGIN_S = 0.25
+
+
 def replay(source: str | os.PathLike, landing: str | os.PathLike, offsets: list[float], *, speedup: float = 1.0,
-           clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
+           window: float | None = None, clock: Callable[[], float] = time.monotonic,
+           sleep: Callable[[float], None] = time.sleep,
            on_publish: Callable[[int, Path, float], None] | None = None) -> list[dict]:
     """Publish the source's units into ``landing``, unit i at ``offsets[i] / speedup`` seconds.
+
+    With ``window`` (seconds, before the speedup), a unit due in the window's last
+    :data:`END_MARGIN_S` is published that much before its end; units due after the end (a
+    late profile's) are published when due.
 
     Returns one record per unit: ``{"unit", "planned", "published"}`` (seconds since start).
     """
     if not speedup > 0:
         raise ConfigError(f"must be > 0, got {speedup}", field="speedup")
+    if window is not None:
+        offsets = [min(off, window - END_MARGIN_S * speedup) if off <= window else off for off in offsets]
     units = source_units(source)
     if len(offsets) != len(units):
         raise ConfigError(f"{len(offsets)} arrival offsets for {len(units)} units", field="profile")

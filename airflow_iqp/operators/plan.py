@@ -68,9 +68,10 @@ class BatchPlanOperator(BaseOperator):
         self.query = query.id if isinstance(query, Query) else query
         self.landing, self.static = landing, static
         # Whether the landing path names the window (a directory per window) is a property
-        # of the path as written, before Airflow renders it: a plain path is a flat or
-        # partitioned layout, whose files belong to windows by their arrival.
-        self.per_window = "{{" in str(landing) or "{%" in str(landing)
+        # of the path as written, before Airflow renders it: a plain path of declared streams
+        # is a flat or partitioned layout, whose files belong to windows by their arrival. A
+        # catalogued query's TPC-H landing (no declared streams) is read as the directory given.
+        self.per_window = "{{" in str(landing) or "{%" in str(landing) or not streams
         self.streams = tuple(streams) if streams else None
         self.state_dir = state_dir or config.state_dir()
         # QueryConfig's fields but the query, where it lands and the state directory.

@@ -100,6 +100,18 @@ def test_replay_publishes_whole_units_in_order(tmp_path):
     assert not [p for p in landing.iterdir() if p.name.startswith(".")]
 
 
+def test_a_unit_due_at_the_windows_end_is_published_inside_the_window(tmp_path):
+    """Its copy and rename take a moment: published when due, it would land after the end,
+    in the next window of a flat landing directory. A late profile's units stay late."""
+    from airflow_iqp.inputs.replay import END_MARGIN_S
+
+    _make_units(tmp_path / "src", 4)
+    now = [0.0]
+    log = replay(tmp_path / "src", tmp_path / "landing", [1.0, 2.0, 4.0, 6.0], window=4.0, speedup=2.0,
+                 clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert [r["planned"] for r in log] == [0.5, 1.0, 2.0 - END_MARGIN_S, 3.0]
+
+
 def test_replay_cli_and_config_errors_exit_2(tmp_path):
     _make_units(tmp_path / "src", 3)
     ok = subprocess.run([sys.executable, "-m", "airflow_iqp.cli.main", "replay", "--from", str(tmp_path / "src"),

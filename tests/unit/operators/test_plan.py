@@ -156,3 +156,8 @@ def test_a_spec_planned_like_the_dag_needs_its_margin_and_merge(tmp_path, capsys
     (tmp_path / "spec.json").write_text(json.dumps(bare))
     assert main(["plan", "--spec", str(tmp_path / "spec.json"), "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["batches"]) < len(stored["batches"])
+
+
+def test_a_catalogued_querys_tpch_landing_is_the_directory_given_even_untemplated(tmp_path):
+    entries = planner(tmp_path).execute(context(TI("plan"), end=START + WINDOW))
+    assert {e["streams"] for e in entries} == {None}  # no window bound: every unit there is the window's
