@@ -253,6 +253,16 @@ def test_a_claimed_batch_without_partial_blocks_the_final(spark, units, tpch_dir
         execute_final(spark, "cq1", ws.root)
 
 
+def failing(qid: str):
+    """A catalogued query over the TPC-H streams with ``on_bad_unit="fail"``: a bad file fails the batch."""
+    from dataclasses import replace
+
+    from airflow_iqp.query.store import Saved
+    from airflow_iqp.streams import TPCH
+
+    return Saved(get_query(qid), tuple(replace(st, on_bad_unit="fail") for st in TPCH))
+
+
 def test_corrupt_parquet_names_the_file(spark, units, tmp_path):
     bad = tmp_path / "000099" / "orders.parquet"
     bad.parent.mkdir()
@@ -260,12 +270,12 @@ def test_corrupt_parquet_names_the_file(spark, units, tmp_path):
     bad.write_bytes(data[: len(data) // 2])  # truncated: no footer
     files = unit_files(units[:1], ["orders"]) + [str(bad)]
     with pytest.raises(DataError, match=rf"{bad}: not a readable parquet file"):
-        run_batch(spark, "cq2", files, None)
+        run_batch(spark, failing("cq2"), files, None)
     garbage = tmp_path / "000098" / "orders.parquet"
     garbage.parent.mkdir()
     garbage.write_bytes(b"PAR1" + b"\x00" * 100 + b"PAR1")
     with pytest.raises(DataError, match=rf"{garbage}: not a readable parquet file"):
-        run_batch(spark, "cq2", [str(garbage)], None)
+        run_batch(spark, failing("cq2"), [str(garbage)], None)
 
 
 def test_wrong_schema_names_the_file_and_column(spark, units, tmp_path):
@@ -274,13 +284,13 @@ def test_wrong_schema_names_the_file_and_column(spark, units, tmp_path):
     renamed.parent.mkdir()
     pq.write_table(table.rename_columns(["x_" + c if c == "l_suppkey" else c for c in table.column_names]), renamed)
     with pytest.raises(DataError, match=rf"{renamed}: wrong schema for stream lineitem: column l_suppkey is missing"):
-        run_batch(spark, "cq3", [str(renamed)], None)
+        run_batch(spark, failing("cq3"), [str(renamed)], None)
     retyped = tmp_path / "000002" / "lineitem.parquet"
     retyped.parent.mkdir()
     idx = table.schema.get_field_index("l_quantity")
     pq.write_table(table.set_column(idx, "l_quantity", table.column(idx).cast(pa.float64())), retyped)
     with pytest.raises(DataError, match=rf"{retyped}: .*column l_quantity is double, expected DECIMAL\(15,2\)"):
-        run_batch(spark, "q1", [str(retyped)], None)
+        run_batch(spark, failing("q1"), [str(retyped)], None)
 
 
 def test_empty_window_gives_zero_count_or_empty_result(spark, tpch_dir, tmp_path):
