@@ -3,7 +3,8 @@
 ``events``: one parquet file per unit, with a timestamp, nullable string, integer and
 double columns, and ``cat_id``, a key into the static ``categories`` table. Some events'
 keys are not in ``categories`` and some categories have no event: joins have unmatched
-keys on both sides. DuckDB over the same files is the reference.
+keys on both sides. ``users``, a second static table keyed by ``user_id``, has unmatched
+keys both ways too, a NULL key and a key twice. DuckDB over the same files is the reference.
 """
 
 from __future__ import annotations
@@ -15,9 +16,13 @@ from pathlib import Path
 EVENT_COLUMNS = {"ts": "TIMESTAMP", "user_id": "BIGINT", "country": "STRING", "amount": "DOUBLE", "qty": "INT",
                  "cat_id": "INT"}
 
+#: The static tables beside the events, and their columns.
+STATIC = {"categories": {"cat_id": "INT", "cat_name": "STRING", "weight": "DOUBLE"},
+          "users": {"user_id": "BIGINT", "name": "STRING", "tier": "INT"}}
+
 
 def generate_events(out: Path, units: int = 6, rows: int = 40, seed: int = 7) -> Path:
-    """``out/events/part-NNN.parquet`` (one per unit) and ``out/categories.parquet``."""
+    """``out/events/part-NNN.parquet`` (one per unit), ``out/categories.parquet`` and ``out/users.parquet``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -40,17 +45,22 @@ def generate_events(out: Path, units: int = 6, rows: int = 40, seed: int = 7) ->
                              "cat_name": pa.array(["books", "games", None, "food", "books", "void"], pa.string()),
                              "weight": pa.array([1.0, 2.5, 0.5, None, 4.0, 9.0], pa.float64())}),
                    out / "categories.parquet")
+    pq.write_table(pa.table({"user_id": pa.array([0, 1, 2, 3, 5, 5, 8, 11, 13, None], pa.int64()),
+                             "name": pa.array(["ann", "bob", None, "cy", "dee", "dee2", "eve", "fay", "gus", "hal"]),
+                             "tier": pa.array([1, 2, 1, None, 3, 2, 1, 3, 2, 1], pa.int32())}),
+                   out / "users.parquet")
     return out
 
 
 def duckdb_events(sql: str, data: Path, units: list[Path] | None = None) -> tuple[list[str], list[tuple]]:
-    """(column names, rows) of ``sql`` run by DuckDB over the events (all, or ``units``) and categories."""
+    """(column names, rows) of ``sql`` run by DuckDB over the events (all, or ``units``) and the static tables."""
     import duckdb
 
     files = [str(u) for u in units] if units is not None else sorted(str(p) for p in (data / "events").glob("*.parquet"))
     con = duckdb.connect()
     con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet({files!r})")
-    con.execute(f"CREATE VIEW categories AS SELECT * FROM read_parquet('{data / 'categories.parquet'}')")
+    for static in STATIC:
+        con.execute(f"CREATE VIEW {static} AS SELECT * FROM read_parquet('{data / (static + '.parquet')}')")
     cur = con.execute(sql)
     cols = [d[0] for d in cur.description]
     rows = [tuple(r) for r in cur.fetchall()]

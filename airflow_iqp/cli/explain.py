@@ -47,6 +47,7 @@ def run(args) -> int:
         print(f"  partial columns: {_columns(partial, partial)}")
     print(f"\nfinal, merge (over {{partials}}, the union of every batch's partial):\n  "
           f"{show_types(q.merge_sql, partial)}")
-    print(f"\nfinal, result (over {{merged}}):\n  {q.finish_sql}")
+    joined = "".join(f" and {{{t}}}" for t in q.final_static)
+    print(f"\nfinal, result (over {{merged}}{joined}):\n  {q.finish_sql}")
     print(f"\ncolumns: {_columns(result, q.columns)}" + ("  (ordered)" if q.ordered else ""))
     return 0

@@ -6,8 +6,8 @@ final=fn)``). Either way the Spark side calls the same two methods:
 
 * :meth:`Query.compute_partial` ``(spark, tables)``: one batch's partial state, from the
   batch's stream DataFrames and the static tables;
-* :meth:`Query.compute_final` ``(spark, partials)``: the window's result, from the union
-  of every partial.
+* :meth:`Query.compute_final` ``(spark, partials, static)``: the window's result, from the
+  union of every partial and the static tables joined above the aggregation.
 
 Pure Python: no Airflow and no Spark import (a ``spark`` session is passed in).
 A SQL query travels as plain JSON (:meth:`to_dict`); a function query as a cloudpickle
@@ -98,8 +98,9 @@ class Query:
     units' rows); ``static`` the tables read whole by every batch. For a SQL query,
     ``partial_sql`` is the per-batch step over ``{stream}``/``{static}`` references,
     ``merge_sql`` merges ``{partials}`` group by group, and ``finish_sql`` computes
-    everything above the aggregation over ``{merged}``. ``columns`` are the result's
-    columns, in order; ``ordered`` says the result's row order is defined (ORDER BY).
+    everything above the aggregation over ``{merged}`` and the static tables joined above
+    it, ``final_static`` (a subset of ``static``). ``columns`` are the result's columns, in
+    order; ``ordered`` says the result's row order is defined (ORDER BY).
     """
 
     id: str
@@ -115,11 +116,20 @@ class Query:
     ordered: bool = False
     title: str = ""
     single_batch: bool = False  #: a query that cannot be split, run as one batch after the window's end
+    final_static: tuple[str, ...] = ()  #: the static tables the final step reads (joined above the aggregation)
 
     def __post_init__(self) -> None:
         check_query_id(self.id)
         object.__setattr__(self, "streams", tuple(self.streams))
         object.__setattr__(self, "static", tuple(self.static))
+        object.__setattr__(self, "final_static", tuple(self.final_static))
+        unknown = [t for t in self.final_static if t not in self.static]
+        if unknown:
+            raise ConfigError(f"query {self.id}: the final step reads {', '.join(unknown)}, which is not one of its "
+                              f"static tables", field="static")
+        if "merged" in self.final_static:  # the final step's name for the merged rows
+            raise ConfigError(f"query {self.id}: a static table joined above the aggregation cannot be named merged; "
+                              f"rename it", field="static")
         for kind in ("streams", "static"):  # names of views, of schema records and of static/<table>.parquet
             for name in getattr(self, kind):
                 check_name(name, kind)
@@ -154,27 +164,32 @@ class Query:
             return self.partial({t: tables[t] for t in self.tables})
         return lazy_sql(spark, self.partial_sql, **{t: tables[t] for t in self.tables})
 
-    def compute_final(self, spark, partials, schema=None):
+    def compute_final(self, spark, partials, schema=None, static: Mapping[str, Any] | None = None):
         """The window's result, a DataFrame, from the union of all partials.
 
         ``schema``: the partials' columns, when the caller has them already (a fused tail's
         written partials, read ahead); else the merge's types are asked of ``partials``.
+        ``static``: name -> DataFrame of (at least) the static tables in ``final_static``.
         """
         if self.final is not None:
             return self.final(partials)
+        missing = [t for t in self.final_static if t not in (static or {})]
+        if missing:
+            raise ConfigError(f"query {self.id}: no DataFrame for static table(s) {', '.join(missing)}, joined "
+                              f"above the aggregation", field="static")
         merge = self.merge_sql
         if _TYPE_MARK.search(merge):
             fields = (schema or partials.schema).fields
             merge = resolve_types(merge, {f.name: f.dataType.simpleString() for f in fields})
         merged = lazy_sql(spark, merge, partials=partials)
-        return lazy_sql(spark, self.finish_sql, merged=merged)
+        return lazy_sql(spark, self.finish_sql, merged=merged, **{t: static[t] for t in self.final_static})
 
     # ----------------------------------------------------------------- JSON
 
     def to_dict(self) -> dict:
         out = {"id": self.id, "kind": self.kind, "title": self.title, "streams": list(self.streams),
                "static": list(self.static), "columns": list(self.columns), "ordered": self.ordered,
-               "single_batch": self.single_batch}
+               "single_batch": self.single_batch, "final_static": list(self.final_static)}
         if self.kind == "sql":
             out |= {"sql": self.sql, "partial_sql": self.partial_sql, "merge_sql": self.merge_sql,
                     "finish_sql": self.finish_sql}
@@ -188,7 +203,8 @@ class Query:
     def from_dict(cls, d: Mapping) -> "Query":
         common = dict(id=d["id"], streams=tuple(d["streams"]), static=tuple(d.get("static", ())),
                       columns=tuple(d.get("columns", ())), ordered=bool(d.get("ordered")),
-                      title=d.get("title", ""), single_batch=bool(d.get("single_batch")))
+                      title=d.get("title", ""), single_batch=bool(d.get("single_batch")),
+                      final_static=tuple(d.get("final_static", ())))
         if d.get("kind", "sql") == "sql":
             return cls(**common, sql=d.get("sql"), partial_sql=d["partial_sql"], merge_sql=d["merge_sql"],
                        finish_sql=d["finish_sql"])

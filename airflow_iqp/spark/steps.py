@@ -81,12 +81,15 @@ def run_batch(spark, query: Saved | Query | str, files: Sequence[str], static=No
     static = static if static is not None else saved.static
     tables = {s: read_stream(spark, saved.stream(s), [f for f in ins.files if stream_of(f, saved.streams).name == s],
                              ins.columns.get(s)) for s in query.streams}
-    if query.static and static is None:
-        raise ConfigError(f"query {query.id} joins static tables {', '.join(query.static)}; give their paths",
+    return query.compute_partial(spark, tables | read_statics(spark, query, static, query.static))
+
+
+def read_statics(spark, query: Query, static, names: Sequence[str]) -> dict:
+    """Static tables ``names`` of ``query``, name -> DataFrame, from ``static`` (see :func:`static_path`)."""
+    if names and static is None:
+        raise ConfigError(f"query {query.id} joins static tables {', '.join(names)}; give their paths",
                           field="static")
-    for t in query.static:
-        tables[t] = read_static(spark, static, t)
-    return query.compute_partial(spark, tables)
+    return {t: read_static(spark, static, t) for t in names}
 
 
 def run_final(spark, query: Saved | Query | str, partials, also=None):
@@ -94,11 +97,14 @@ def run_final(spark, query: Saved | Query | str, partials, also=None):
 
     ``partials`` is a list of partial parquet paths (or a DataFrame of their union);
     ``also``, a partial not written (a DataFrame from :func:`run_batch`), merged with them.
+    The static tables joined above the aggregation are read from the saved query's.
     """
-    query = as_saved(query).query
+    saved = as_saved(query)
+    query = saved.query
+    static = read_statics(spark, query, saved.static, query.final_static)
     if not isinstance(partials, (list, tuple)):  # read ahead: its schema is known, and the tail's is the same
         return query.compute_final(spark, partials if also is None else partials.unionByName(also),
-                                   schema=partials.schema)
+                                   schema=partials.schema, static=static)
     if not partials and also is None:
         raise ConfigError(f"query {query.id}: no partial results to merge", field="partials")
     paths = [str(p) for p in partials]
@@ -106,9 +112,9 @@ def run_final(spark, query: Saved | Query | str, partials, also=None):
         if _is_local(p) and not os.path.exists(_local(p)):
             raise DataError(f"{p}: partial result does not exist")
     if not paths:
-        return query.compute_final(spark, also)
+        return query.compute_final(spark, also, static=static)
     union = spark.read.parquet(*paths)
-    return query.compute_final(spark, union if also is None else union.unionByName(also))
+    return query.compute_final(spark, union if also is None else union.unionByName(also), static=static)
 
 
 def write_atomic(df, final_path: str | os.PathLike, before_rename=None) -> Path:

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def split(sql: str, **kw) -> Query:
-    return decompose(sql, id="t", streams=["events"], static=["dim"], **kw)
+    return decompose(sql, id="t", **{"streams": ["events"], "static": ["dim"], **kw})
 
 
 def test_avg_travels_as_sum_and_count_and_is_divided_at_the_end():
@@ -91,7 +91,15 @@ def test_a_sql_query_round_trips_through_json():
 @pytest.mark.parametrize("sql, words", [
     ("SELECT k FROM events UNION ALL SELECT k FROM events", "UNION"),
     ("SELECT k, sum(x) AS s, (SELECT max(x) FROM events) AS m FROM events GROUP BY k", "subquery"),
-    ("SELECT a.k FROM (SELECT k, sum(x) s FROM events GROUP BY k) a JOIN dim d ON a.k = d.k", "above the aggregation"),
+    ("SELECT a.s FROM (SELECT k, sum(x) s FROM events GROUP BY k) a JOIN events e ON a.k = e.k",
+     "the rows of stream events are joined above the aggregation"),
+    ("SELECT a.s FROM (SELECT k, sum(x) s FROM events GROUP BY k) a, (SELECT k, count(*) n FROM clicks GROUP BY k) c",
+     "a stream joined to another stream above the aggregation (an aggregation of events joined to one of clicks)"),
+    ("SELECT a.s FROM (SELECT k, sum(x) s FROM events GROUP BY k) a WHERE a.k IN (SELECT k FROM clicks)",
+     "stream clicks is read above the aggregation"),
+    ("SELECT * FROM (SELECT k, sum(x) s FROM events GROUP BY k) a JOIN dim d ON a.k = d.k",
+     "SELECT * over a join above the aggregation: list the result's columns (a.* for the aggregation's)"),
+    ("SELECT * FROM dim WHERE k IN (SELECT k FROM events GROUP BY k)", "read only in a WHERE or SELECT subquery"),
     ("SELECT k, sum(x) FROM events GROUP BY ROLLUP (k)", "ROLLUP"),
     ("SELECT k, x, sum(x) FROM events GROUP BY k", "neither grouped nor aggregated"),
     ("SELECT k, collect_list(x) FROM events GROUP BY k", "collect_list"),
@@ -102,9 +110,68 @@ def test_a_sql_query_round_trips_through_json():
 ])
 def test_constructs_that_cannot_be_split_are_refused_with_one_line(sql, words):
     with pytest.raises(QueryRefused) as err:
-        split(sql)
+        split(sql, streams=["events", "clicks"])
     msg = str(err.value)
     assert words in msg and "\n" not in msg
+
+
+def test_a_static_table_joined_above_the_aggregation_is_joined_in_the_final_step():
+    q = split("SELECT d.name, t.n FROM (SELECT k, count(*) n FROM events GROUP BY k) t JOIN dim d ON d.k = t.k")
+    assert q.partial_sql == "SELECT k AS _k0, COUNT(*) AS _s0 FROM {events} AS events GROUP BY k"
+    assert q.merge_sql == "SELECT _k0, COALESCE(SUM(_s0), 0) AS _a0 FROM {partials} GROUP BY _k0"
+    assert q.finish_sql == ("SELECT d.name, t.n FROM (SELECT _k0 AS `k`, _a0 AS `n` FROM {merged}) AS t "
+                            "JOIN {dim} AS d ON d.k = t.k")
+    assert q.columns == ("name", "n") and q.static == q.final_static == ("dim",)
+
+
+def test_static_tables_below_and_above_the_aggregation_are_each_read_where_the_query_says():
+    q = split("WITH t AS (SELECT e.k, count(*) n, sum(x) s FROM events e JOIN dim d ON e.k = d.k GROUP BY e.k) "
+              "SELECT u.name, t.n * 2 AS n2, t.s / t.n AS mean, r.label FROM users u LEFT JOIN t ON u.k = t.k "
+              "FULL JOIN regions r ON r.id = u.region WHERE t.n IS NULL OR t.n > 1 ORDER BY n2 DESC LIMIT 3",
+              static=["dim", "users", "regions"])
+    assert "FROM {events} AS e JOIN {dim} AS d ON e.k = d.k GROUP BY e.k" in q.partial_sql
+    assert "{users}" not in q.partial_sql and "{regions}" not in q.partial_sql
+    assert q.finish_sql == ("SELECT u.name, t.n * 2 AS n2, t.s / t.n AS mean, r.label FROM {users} AS u LEFT JOIN "
+                            "(SELECT _k0 AS `k`, _a0 AS `n`, _a1 AS `s` FROM {merged}) AS t ON u.k = t.k FULL JOIN "
+                            "{regions} AS r ON r.id = u.region WHERE t.n IS NULL OR t.n > 1 ORDER BY n2 DESC LIMIT 3")
+    assert set(q.static) == {"dim", "users", "regions"} and q.final_static == ("users", "regions")
+    assert q.columns == ("name", "n2", "mean", "label") and q.ordered
+    assert Query.from_dict(q.to_dict()) == q
+
+
+def test_a_star_of_the_aggregation_over_a_join_expands_to_its_columns():
+    q = split("SELECT t.*, d.w FROM (SELECT k, max(x) AS m FROM events GROUP BY k) t RIGHT JOIN dim d ON d.k = t.k")
+    assert q.columns == ("k", "m", "w") and q.final_static == ("dim",)
+
+
+def test_a_static_subquery_above_the_aggregation_runs_in_the_final_step():
+    q = split("SELECT t.k, t.s FROM (SELECT k, sum(x) AS s FROM events GROUP BY k) t "
+              "WHERE t.k IN (SELECT k FROM dim WHERE w > 1)")
+    assert q.finish_sql.endswith("WHERE t.k IN (SELECT k FROM {dim} AS dim WHERE w > 1)")
+    assert "dim" not in q.partial_sql and q.final_static == ("dim",)
+
+
+def test_the_joined_static_columns_get_their_types_in_the_result():
+    from airflow_iqp.query.split import step_types
+
+    q = split("SELECT d.w, t.n FROM (SELECT k, count(*) AS n FROM events GROUP BY k) t LEFT JOIN dim d ON d.k = t.k")
+    _, result = step_types(q, {"events": {"k": "string", "x": "int"}, "dim": {"k": "string", "w": "double"}})
+    assert result == {"w": "double", "n": "bigint"}
+
+
+def test_a_stream_joined_above_the_aggregation_can_run_as_one_batch():
+    q = split("SELECT a.s, e.x FROM (SELECT k, sum(x) s FROM events GROUP BY k) a JOIN events e ON a.k = e.k",
+              allow_single_batch=True)
+    assert q.single_batch and q.final_static == () and q.columns == ("s", "x")
+
+
+def test_the_final_step_reads_only_static_tables_of_the_query():
+    with pytest.raises(ConfigError, match="the final step reads users, which is not one of its static tables"):
+        Query(id="t", streams=("events",), static=("dim",), partial_sql="x", merge_sql="x", finish_sql="x",
+              final_static=("users",))
+    with pytest.raises(ConfigError, match="cannot be named merged"):
+        split("SELECT m.w, t.n FROM (SELECT k, count(*) AS n FROM events GROUP BY k) t JOIN merged m ON m.k = t.k",
+              static=["merged"])
 
 
 def test_a_subquery_over_a_static_table_in_where_runs_per_batch():
@@ -208,3 +275,12 @@ def test_explain_prints_both_steps_and_checks_columns_against_the_files(stream_d
     assert out["partial_sql"].startswith("SELECT e.k AS _k0, SUM(x * w) AS _s0 FROM {events} AS e JOIN {dim} AS d")
     text = explain("--sql", "SELECT count(*) AS n FROM events").stdout
     assert "per batch" in text and "COALESCE(SUM(_s0), 0)" in text
+
+
+def test_explain_shows_the_static_tables_the_final_step_joins_and_their_columns_types(stream_dir):
+    proc = explain("--sql", "SELECT d.w, t.n FROM (SELECT k, count(*) AS n FROM events GROUP BY k) t "
+                   "LEFT JOIN dim d ON d.k = t.k", "--stream", f"events={stream_dir / 'events'}",
+                   "--static", f"dim={stream_dir / 'dim.parquet'}")
+    assert proc.returncode == 0, proc.stderr
+    assert "final, result (over {merged} and {dim}):" in proc.stdout and "LEFT JOIN {dim} AS d" in proc.stdout
+    assert "columns: w double, n bigint" in proc.stdout

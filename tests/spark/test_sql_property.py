@@ -3,7 +3,8 @@
 Hypothesis draws aggregate queries from the supported grammar (grouping keys, WHERE, a join
 with a static table with unmatched keys on both sides, every supported aggregate with and
 without FILTER / CASE / DISTINCT, HAVING, expressions over aggregates, an outer query,
-ORDER BY ... LIMIT) over the generated event stream (tests/events.py). For each, at
+static tables joined above the aggregation by any kind of join, ORDER BY ... LIMIT) over the
+generated event stream (tests/events.py). For each, at
 K = 1, 2, 3 and 6 batches, the batched result equals DuckDB running the same SQL over all
 files (row for row, ORDER BY respected, numbers within 1e-9 relative), and its columns'
 names and types are those of Spark running the query once. One local Spark session serves
@@ -19,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.events import EVENT_COLUMNS, duckdb_events
+from tests.events import EVENT_COLUMNS, STATIC, duckdb_events
 from tests.reference import assert_same_rows
 
 from airflow_iqp.query import Query, decompose
@@ -75,11 +76,16 @@ def queries(draw) -> str:
     joined = bool(join)
     key_pool = ["country", "qty % 3", "user_id IS NULL"] + (["cat_name"] if joined else [])
     keys = draw(st.lists(st.sampled_from(key_pool), max_size=2, unique=True))
+    shape = draw(st.sampled_from(["plain", "ordered", "outer", "above"] if keys else ["plain", "plain", "above"]))
+    if shape == "above":  # grouped by user_id too, the key of the static users joined above
+        keys = [*keys[:1], "user_id"]
     aggs = draw(st.lists(aggregate(joined), min_size=1, max_size=4))
     items = [f"{k} AS k{i}" for i, k in enumerate(keys)] + [f"{a} AS a{i}" for i, a in enumerate(aggs)]
+    names = [f"k{i}" for i in range(len(keys))] + [f"a{i}" for i in range(len(aggs))]
     if draw(st.booleans()):  # an expression over aggregates
         items.append(draw(st.sampled_from(["count(*) * 2 + 1 AS e", "CASE WHEN count(*) > 5 THEN 'many' ELSE 'few' END "
                                            "AS e", "max(qty) - min(qty) AS e", "sum(qty) / count(*) AS e"])))
+        names.append("e")
     sql = "SELECT " + ", ".join(items) + " FROM events e"
     if joined:
         sql += f" {join} categories c ON e.cat_id = c.cat_id"
@@ -89,20 +95,42 @@ def queries(draw) -> str:
         sql += " GROUP BY " + ", ".join(keys)
         if draw(st.booleans()):
             sql += f" HAVING count(*) > {draw(st.integers(0, 6))}"
-    names = [f"k{i}" for i in range(len(keys))] + [f"a{i}" for i in range(len(aggs))]
-    shape = draw(st.sampled_from(["plain", "ordered", "outer"])) if keys else "plain"
     if shape == "ordered":  # every column, NULLs placed explicitly: DuckDB and Spark differ by default
         order = ", ".join(f"{n} {draw(st.sampled_from(['ASC NULLS FIRST', 'DESC NULLS LAST']))}" for n in names)
         sql += f" ORDER BY {order} LIMIT {draw(st.integers(1, 8))}"
     elif shape == "outer":
         sql = f"SELECT * FROM ({sql}) AS t WHERE a0 IS NOT NULL ORDER BY " + ", ".join(
             f"{n} ASC NULLS FIRST" for n in names)
+    elif shape == "above":
+        sql = draw(joined_above(sql, names, f"k{len(keys) - 1}"))
     return sql
+
+
+@st.composite
+def joined_above(draw, inner: str, names: list[str], key: str) -> str:
+    """``inner`` (grouped by user_id as ``key``) as the aggregation, users joined to its rows by
+    an inner, left, right or full join from either side, maybe categories joined to users,
+    a filter on both sides' columns; ordered by every column, so that the order is total."""
+    kind = draw(st.sampled_from(["JOIN", "LEFT JOIN", "RIGHT JOIN", "FULL JOIN"]))
+    source = draw(st.sampled_from([f"({inner}) AS t {kind} users u ON u.user_id = t.{key}",
+                                   f"users u {kind} ({inner}) AS t ON t.{key} = u.user_id"]))
+    items = ["t.*", "u.name AS uname", "u.tier * 2 AS tier2"]
+    out = names + ["uname", "tier2"]
+    if draw(st.booleans()):  # a second static table, joined to the first
+        source += " LEFT JOIN categories c ON c.cat_id = u.tier"
+        items.append("c.cat_name AS tier_cat")
+        out.append("tier_cat")
+    if draw(st.booleans()):  # an expression over an aggregate and a static column
+        items.append("CASE WHEN u.tier > 1 THEN t.a0 END AS a0_gold")
+        out.append("a0_gold")
+    where = draw(st.sampled_from(["", " WHERE u.tier IS NULL OR u.tier < 3", " WHERE t.a0 IS NOT NULL"]))
+    return (f"SELECT {', '.join(items)} FROM {source}{where} ORDER BY "
+            + ", ".join(f"{n} ASC NULLS FIRST" for n in out))
 
 
 def _saved(query: Query, data: Path) -> Saved:
     return Saved(query, (Stream("events", path=str(data / "events")),),
-                 {"categories": str(data / "categories.parquet")})
+                 {t: str(data / f"{t}.parquet") for t in STATIC})
 
 
 def batched(spark, saved: Saved, units: list[Path], k: int, out: Path):
@@ -117,7 +145,8 @@ def batched(spark, saved: Saved, units: list[Path], k: int, out: Path):
 def one_pass(spark, sql: str, data: Path, units: list[Path]):
     """The same SQL run once by Spark over every unit: the names and types to match."""
     spark.read.parquet(*[str(u) for u in units]).createOrReplaceTempView("events")
-    spark.read.parquet(str(data / "categories.parquet")).createOrReplaceTempView("categories")
+    for t in STATIC:
+        spark.read.parquet(str(data / f"{t}.parquet")).createOrReplaceTempView(t)
     return spark.sql(sql)
 
 
@@ -128,9 +157,8 @@ def duckdb_text(sql: str) -> str:
 
 
 def check_query(spark, sql: str, data: Path, out: Path, ks=(1, 2, 3, 6)) -> None:
-    query = decompose(sql, id="prop", streams=["events"], static=["categories"],
-                      schemas={"events": EVENT_COLUMNS, "categories": {"cat_id": "INT", "cat_name": "STRING",
-                                                                        "weight": "DOUBLE"}})
+    query = decompose(sql, id="prop", streams=["events"], static=list(STATIC),
+                      schemas={"events": EVENT_COLUMNS, **STATIC})
     saved = _saved(query, data)
     units = list_units(data / "events", saved.streams)
     cols, ref = duckdb_events(duckdb_text(sql), data)
@@ -168,6 +196,45 @@ def test_random_queries_equal_duckdb_at_every_batch_count(sql, spark, events_dir
     "GROUP BY cc, 2 ORDER BY cc NULLS FIRST, 2 NULLS FIRST",
 ])
 def test_written_queries_equal_duckdb(sql, spark, events_dir, tmp_path):
+    check_query(spark, sql, events_dir, tmp_path)
+
+
+#: Static tables joined above the aggregation: the final step joins the merged rows to them,
+#: as the query says. Each ORDER BY is a total order of the result's rows.
+JOINED_ABOVE = [
+    # The issue's own example: each user's count of events, named from the static users.
+    "SELECT u.name, t.n FROM (SELECT user_id, count(*) n FROM events GROUP BY user_id) t "
+    "JOIN users u ON u.user_id = t.user_id",
+    # A CTE joined to from a static table's side (LEFT), a second static table joined to the
+    # first, expressions over aggregated and static columns, a filter, ORDER BY ... LIMIT.
+    "WITH t AS (SELECT e.user_id, c.cat_name, count(*) AS n, sum(amount) AS s, avg(qty) AS q FROM events e "
+    "LEFT JOIN categories c ON e.cat_id = c.cat_id GROUP BY e.user_id, c.cat_name) "
+    "SELECT u.name, t.cat_name, t.n * 2 AS n2, t.s / t.n AS mean, t.q * u.tier AS qt, c2.cat_name AS tier_cat "
+    "FROM users u LEFT JOIN t ON t.user_id = u.user_id LEFT JOIN categories c2 ON c2.cat_id = u.tier "
+    "WHERE t.n IS NULL OR t.n > 1 "
+    "ORDER BY n2 DESC NULLS LAST, u.name ASC NULLS FIRST, t.cat_name ASC NULLS FIRST LIMIT 9",
+    # FULL JOIN on an aggregate (each country's largest user id).
+    "SELECT t.country, t.n, u.name, u.tier FROM (SELECT country, max(user_id) AS top, count(*) AS n FROM events "
+    "GROUP BY country) t FULL JOIN users u ON u.user_id = t.top "
+    "ORDER BY t.country ASC NULLS FIRST, u.name ASC NULLS FIRST, u.tier ASC NULLS FIRST, t.n ASC NULLS FIRST",
+    # RIGHT JOIN to the aggregation with its own HAVING; a subquery over a static table in
+    # the outer WHERE.
+    "SELECT u.user_id, u.tier, t.total, t.buyers FROM (SELECT user_id, sum(qty) AS total, "
+    "count(DISTINCT country) AS buyers FROM events WHERE qty > 0 GROUP BY user_id HAVING count(*) > 1) t "
+    "RIGHT JOIN users u ON t.user_id = u.user_id "
+    "WHERE u.tier IN (SELECT cat_id FROM categories WHERE weight > 1) OR u.tier IS NULL",
+    # A window function over the joined rows.
+    "SELECT u.name, u.tier, t.n, rank() OVER (PARTITION BY u.tier ORDER BY t.n DESC NULLS LAST, "
+    "u.name ASC NULLS FIRST) AS r FROM (SELECT user_id, count(*) AS n FROM events GROUP BY user_id) t "
+    "JOIN users u ON u.user_id = t.user_id ORDER BY u.tier ASC NULLS FIRST, r",
+    # A global aggregate's one row joined to every row of a static table.
+    "SELECT c.cat_name, t.n * c.weight AS w, t.s FROM (SELECT count(*) AS n, sum(amount) AS s FROM events) t "
+    "CROSS JOIN categories c",
+]
+
+
+@pytest.mark.parametrize("sql", JOINED_ABOVE)
+def test_static_tables_joined_above_the_aggregation_equal_duckdb(sql, spark, events_dir, tmp_path):
     check_query(spark, sql, events_dir, tmp_path)
 
 

@@ -5,7 +5,10 @@ The per-batch step runs everything below the aggregation on one batch: the FROM 
 expressions, and each aggregate's mergeable state. The final step merges the states
 group by group, then runs everything above the aggregation: HAVING, expressions over
 aggregates, window functions over the aggregated rows, DISTINCT, ORDER BY, LIMIT and the
-outer query when the aggregation sits in a subquery or a CTE.
+outer query when the aggregation sits in a subquery or a CTE, with any static tables the
+outer query joins to the aggregated rows (``Query.final_static``: the final step reads
+them as well). A stream read above the aggregation is refused: the final step has the
+merged rows of one aggregation, not a stream's rows.
 
 Each aggregate is split by one rule (``_rewrite``):
 
@@ -91,20 +94,20 @@ def _decompose(sql: str, *, id: str, streams, static, schemas, allow_single_batc
         check_columns(tree, {t: schemas[t] for t in tables if t in schemas})
     try:
         refuse_nondeterminism(tree)
-        agg = find_aggregation(tree)
+        agg = find_aggregation(tree, used_streams)
         check_below(agg, used_streams)
-        check_above(tree, agg, tables)
+        check_above(tree, agg, used_streams)
         work = tree.copy()
         agg_in_work = same_node(tree, agg, work)
         final_cols = final_columns(tree, agg)
-        partial_sql, merge_sql, finish_sql, _inner = build_steps(work, agg_in_work, tables)
+        partial_sql, merge_sql, finish_sql, final_static = build_steps(work, agg_in_work, tables, used_static)
     except QueryRefused:
         if not allow_single_batch:
             raise
         return single_batch_query(sql, tree, id=id, streams=used_streams, static=used_static, title=title)
     return Query(id=id, streams=tuple(used_streams), static=tuple(used_static), sql=sql, partial_sql=partial_sql,
                  merge_sql=merge_sql, finish_sql=finish_sql, columns=tuple(final_cols),
-                 ordered=bool(tree.args.get("order")), title=title)
+                 ordered=bool(tree.args.get("order")), title=title, final_static=tuple(final_static))
 
 
 def single_batch_query(sql: str, tree: exp.Expression, *, id: str, streams: Sequence[str],

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import sqlglot.expressions as exp
 
-from airflow_iqp.query.split._common import DIALECT, QueryRefused
+from airflow_iqp.query.split._common import DIALECT, QueryRefused, short
+from airflow_iqp.query.split._tree import sources
 
 
 def output_name(item: exp.Expression) -> str:
@@ -35,8 +36,19 @@ def final_columns(select: exp.Expression, agg: exp.Select) -> list[str]:
         if isinstance(p, exp.Star) or (isinstance(p, exp.Column) and isinstance(p.this, exp.Star)):
             if select is agg:
                 raise QueryRefused("SELECT * in an aggregation: list the grouped columns and the aggregates")
-            source = (select.args.get("from_") or select.args.get("from")).this
-            names.extend(final_columns(source.this, agg))  # only the aggregation is above it (check_above)
+            names.extend(final_columns(_star_source(select, agg, p), agg))
         else:
             names.append(output_name(p))
     return names
+
+
+def _star_source(select: exp.Select, agg: exp.Select, star: exp.Expression) -> exp.Expression:
+    """The query a ``*`` above the aggregation expands to: the source that holds the
+    aggregation (only static tables are joined to it, find_aggregation), when the star
+    is over it alone or names it (``t.*``); a static table's columns are not known here."""
+    source = next(s for s in sources(select) if any(n is agg for n in s.walk()))
+    qualifier = star.table.lower() if isinstance(star, exp.Column) else ""
+    if qualifier != source.alias_or_name.lower() and (qualifier or select.args.get("joins")):
+        raise QueryRefused(f"SELECT {short(star)} over a join above the aggregation: list the result's columns "
+                           f"({source.alias_or_name}.* for the aggregation's)")
+    return source.this

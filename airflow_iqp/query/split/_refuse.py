@@ -10,6 +10,7 @@ from sqlglot.errors import OptimizeError
 
 from airflow_iqp.query.split._common import DIALECT, SINGLE, QueryRefused, short, to_sql
 from airflow_iqp.query.split._rewrite import is_agg
+from airflow_iqp.query.split._tree import sources
 
 _NONDETERMINISTIC = (exp.Rand, exp.Randn, exp.Uuid, exp.CurrentTimestamp, exp.CurrentDate, exp.CurrentTime,
                      exp.CurrentDatetime)
@@ -26,9 +27,11 @@ def refuse_nondeterminism(tree: exp.Expression) -> None:
                                f"value; compute it outside the query (e.g. a literal from the DAG), {SINGLE}")
 
 
-def find_aggregation(tree: exp.Expression) -> exp.Select:
+def find_aggregation(tree: exp.Expression, streams: Sequence[str]) -> exp.Select:
     """The one SELECT that aggregates the streams: the top query, or the subquery the
-    outer queries read from (each through a single FROM subquery)."""
+    outer queries read from. An outer query may join static tables to it (the final step
+    reads them too), but no stream: the final step has only the aggregation's merged rows."""
+    stream_set = set(streams)
     node = tree
     while True:
         if isinstance(node, exp.SetOperation):
@@ -37,21 +40,41 @@ def find_aggregation(tree: exp.Expression) -> exp.Select:
             raise QueryRefused(f"expected a SELECT, got {short(node)}")
         if _aggregates(node):
             return node
-        source = node.args.get("from_") or node.args.get("from")
-        inner = source.this if source is not None else None
-        if isinstance(inner, exp.Subquery) and not node.args.get("joins"):
+        inner = _stream_source(node, stream_set)
+        if isinstance(inner, exp.Subquery):
             node = inner.this
             continue
-        if isinstance(inner, exp.Subquery) and any(_aggregates(s) for s in inner.find_all(exp.Select)):
-            joined = ", ".join(short(j.this) for j in node.args["joins"])
-            raise QueryRefused(f"{joined} is joined above the aggregation (in the outer query): the final step "
-                               f"sees only aggregated rows; join it inside the aggregation, {SINGLE}")
         if any(isinstance(n, exp.Window) for n in _own_nodes(node)):
             window = next(n for n in _own_nodes(node) if isinstance(n, exp.Window))
             raise QueryRefused(f"window function over the stream ({short(window)}): it needs every row of the "
                                f"window at once; aggregate first and apply it over the aggregate, {SINGLE}")
+        if inner is None and _reads(node, stream_set):
+            raise QueryRefused(f"the stream is read only in a WHERE or SELECT subquery ({short(node)}): an "
+                               f"aggregation is split in FROM or a join; put it there, {SINGLE}")
         raise QueryRefused(f"no aggregation (no GROUP BY and no aggregate function): batches of a plain "
                            f"SELECT are not merged into one result; aggregate the rows, {SINGLE}")
+
+
+def _stream_source(select: exp.Select, streams: set[str]) -> exp.Expression | None:
+    """The FROM or JOIN source of ``select`` that reads a stream: at most one may, beside
+    any number that read only static tables (None: none reads a stream)."""
+    reading = [s for s in sources(select) if _reads(s, streams)]
+    aggregated = [s for s in reading if any(_aggregates(n) for n in s.find_all(exp.Select))]
+    if len(reading) <= 1 or not aggregated:  # none, one, or raw rows only (refused as no aggregation)
+        return reading[0] if reading else None
+    raw = [s for s in reading if not any(s is a for a in aggregated)]
+    if raw:
+        raise QueryRefused(f"the rows of stream {_streams_in(raw[0], streams)} are joined above the aggregation "
+                           f"({short(raw[0])}): the final step has only the aggregation's merged rows, not the "
+                           f"stream's; join it inside the aggregation (or declare it static if its rows do not "
+                           f"change), {SINGLE}")
+    raise QueryRefused(f"a stream joined to another stream above the aggregation (an aggregation of "
+                       f"{_streams_in(aggregated[0], streams)} joined to one of {_streams_in(aggregated[1], streams)}"
+                       f"): a query splits one aggregation of its streams; split each into its own query, {SINGLE}")
+
+
+def _streams_in(node: exp.Expression, streams: set[str]) -> str:
+    return ", ".join(sorted({t.name.lower() for t in node.find_all(exp.Table)} & streams))
 
 
 def _own_nodes(select: exp.Select):
@@ -140,12 +163,14 @@ def _reads(node: exp.Expression, names: set[str]) -> bool:
     return any(t.name.lower() in names for t in node.find_all(exp.Table))
 
 
-def check_above(tree: exp.Expression, agg: exp.Select, tables: Sequence[str]) -> None:
-    """The final step sees only the aggregated rows: nothing above the aggregation reads a table."""
-    names = set(tables)
+def check_above(tree: exp.Expression, agg: exp.Select, streams: Sequence[str]) -> None:
+    """The final step sees the aggregated rows and the static tables: nothing above the
+    aggregation reads a stream."""
+    names = set(streams)
     for node in tree.walk(prune=lambda n: n is agg):
         if node is not agg and isinstance(node, exp.Table) and node.name.lower() in names:
-            raise QueryRefused(f"table {node.name} is read above the aggregation (in the outer query): the final "
-                               f"step sees only aggregated rows; join it inside the aggregation, {SINGLE}")
+            raise QueryRefused(f"stream {node.name} is read above the aggregation (in the outer query): the final "
+                               f"step has only the aggregation's merged rows, not the stream's; read it inside the "
+                               f"aggregation, {SINGLE}")
     # Subqueries in the aggregation's own SELECT list, HAVING and ORDER BY are refused by
     # rewrite_above: they would run once per batch, not over the window.

@@ -29,8 +29,9 @@ def placeholders(tree: exp.Expression, tables: Sequence[str]) -> str:
     return text
 
 
-def build_steps(tree: exp.Expression, agg: exp.Select, tables: Sequence[str]) -> tuple[str, str, str, list[str]]:
-    """(partial SQL, merge SQL, finish SQL, output columns) of a validated query."""
+def build_steps(tree: exp.Expression, agg: exp.Select, tables: Sequence[str],
+                static: Sequence[str]) -> tuple[str, str, str, list[str]]:
+    """(partial SQL, merge SQL, finish SQL, the static tables the finish reads) of a validated query."""
     split = Split(keys=group_keys(agg))
     aliases = {p.alias.lower(): p.unalias() for p in agg.expressions if p.alias}
     finish = agg.copy()
@@ -84,5 +85,12 @@ def build_steps(tree: exp.Expression, agg: exp.Select, tables: Sequence[str]) ->
 
     agg.replace(finish)
     top = tree if tree is not agg else finish
-    finish_sql = to_sql(top).replace("{", "{{").replace("}", "}}").replace("iqpmerged", "{merged}")
-    return partial_sql, merge_sql, finish_sql, names
+    finish_sql = placeholders(top, static).replace("iqpmerged", "{merged}")
+    return partial_sql, merge_sql, finish_sql, read_above(top, static)
+
+
+def read_above(top: exp.Expression, static: Sequence[str]) -> list[str]:
+    """The static tables the final step reads, in order of appearance: those joined above
+    the aggregation (the aggregation itself is the merged rows there)."""
+    names = [t.name.lower() for t in top.find_all(exp.Table) if not t.args.get("db")]
+    return [n for n in dict.fromkeys(names) if n in static]

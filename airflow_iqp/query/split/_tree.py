@@ -61,3 +61,9 @@ def same_node(tree: exp.Expression, node: exp.Expression, copy: exp.Expression) 
         if a is node:
             return b
     raise AssertionError("node not in tree")
+
+
+def sources(select: exp.Select) -> list[exp.Expression]:
+    """What a SELECT reads, in order: its FROM source, then each joined one."""
+    clauses = [select.args.get("from_") or select.args.get("from"), *(select.args.get("joins") or ())]
+    return [c.this for c in clauses if c is not None]

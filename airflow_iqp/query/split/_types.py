@@ -42,7 +42,7 @@ def step_types(query: Query, schemas: Mapping[str, Mapping[str, str]]) -> tuple[
     partial = select_types(query.partial_sql, {t: schemas.get(t, {}) for t in query.tables})
     merge = resolve_types(query.merge_sql, partial, unknown=lambda m: "UNKNOWN")  # sqlglot's "no type"
     merged = select_types(merge, {"partials": partial})
-    result = select_types(query.finish_sql, {"merged": merged})
+    result = select_types(query.finish_sql, {"merged": merged, **{t: schemas.get(t, {}) for t in query.final_static}})
     return partial, dict(zip(query.columns, result.values())) if len(result) == len(query.columns) else {}
 
 
