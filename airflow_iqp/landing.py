@@ -20,8 +20,8 @@ and late-data check of the window:
 Names starting with ``.`` or ``_`` are still being written (or are a writer's markers)
 and are never units; neither are ``.crc`` checksum files. A flat directory grows without
 end: a local one is read with one ``scandir`` and a ``stat`` of the names that match the
-stream's pattern, no per-entry dictionaries, so a poll of a directory of 100,000 older
-files stays well under a second (``benchmarks/listing.py``).
+stream's pattern, and the window's span is applied before anything else is made of an
+entry, so an older file costs one ``stat`` a poll (``benchmarks/listing.py`` times it).
 
 Listing goes through fsspec for object stores (``s3://``, ``gs://``, ``abfs://``).
 Pure Python: no Airflow and no Spark import.
