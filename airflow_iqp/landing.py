@@ -165,20 +165,15 @@ def _entries(path: str, wanted=None, span: tuple[float, float] | None = None) ->
 def _dir_unit(entry: _Entry, streams: Sequence[Stream], name: str) -> Unit | None:
     """A directory unit, if complete: every stream's file (or files matching its pattern)
     and the ``ready_marker``, if any, are in it."""
-    if _is_local(entry.path):
-        try:
-            names = os.listdir(_local(entry.path))
-        except (FileNotFoundError, NotADirectoryError):
+    marker = streams[0].ready_marker
+    if marker:  # a hidden name (``_SUCCESS``): looked up, not listed
+        if _is_local(entry.path):
+            present = os.path.exists(os.path.join(_local(entry.path), marker))
+        else:
+            present = _fs(entry.path)[0].exists(posixpath.join(str(entry.path), marker))
+        if not present:
             return None
-        marker = streams[0].ready_marker
-        if marker and marker not in names:
-            return None
-        inside = {e.name: e for e in _entries(entry.path)}
-    else:
-        inside = {e.name: e for e in _entries(entry.path)}
-        marker = streams[0].ready_marker
-        if marker and not _fs(entry.path)[0].exists(posixpath.join(str(entry.path), marker)):
-            return None
+    inside = {e.name: e for e in _entries(entry.path)}
     files: dict[str, tuple[str, ...]] = {}
     for s in streams:
         if s.pattern:
