@@ -35,7 +35,7 @@ from typing import Mapping, Sequence
 
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.inputs.tpch import SCHEMAS
-from airflow_iqp.paths import make_dirs, private_temp
+from airflow_iqp.paths import is_local, local_path, make_dirs, private_temp
 from airflow_iqp.streams import Stream, arrow_type, ddl_columns, file_schema, stream_of
 from airflow_iqp.streams import spark_type as spark_type_of
 
@@ -52,14 +52,6 @@ class FileInfo:
     stream: str
     rows: int | None
     bytes: int | None
-
-
-def is_local(path: str) -> bool:
-    return "://" not in path or path.startswith("file://")
-
-
-def local_path(path: str) -> str:
-    return path[len("file://"):] if path.startswith("file://") else path
 
 
 def is_tpch(stream: Stream) -> bool:

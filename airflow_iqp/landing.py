@@ -38,6 +38,7 @@ import time
 from typing import Mapping, NamedTuple, Sequence
 
 from airflow_iqp.errors import ConfigError
+from airflow_iqp.paths import check_name, is_local, local_path
 from airflow_iqp.streams import STRFTIME_FIELD, TPCH, Stream, Unit, is_hidden
 
 log = logging.getLogger(__name__)
@@ -67,15 +68,6 @@ def _fs(path: str | os.PathLike):
     return fsspec.core.url_to_fs(str(path))
 
 
-def _is_local(path: str | os.PathLike) -> bool:
-    return "://" not in str(path) or str(path).startswith("file://")
-
-
-def _local(path: str | os.PathLike) -> str:
-    path = str(path)
-    return path[len("file://"):] if path.startswith("file://") else path
-
-
 def _mtime(entry: Mapping) -> float:
     """An fsspec listing entry's last change, in epoch seconds (``mtime``, object stores'
     ``LastModified`` / ``last_modified`` / ``updated``)."""
@@ -97,8 +89,6 @@ def _warn_unsafe(path: str, name: str, why: str) -> None:
 
 def _safe(path: str, name: str) -> bool:
     """A listed name that may become part of the state: no control characters, no separator."""
-    from airflow_iqp.paths import check_name
-
     try:
         check_name(name, "unit")
     except ConfigError as exc:
@@ -115,8 +105,8 @@ def _entries(path: str, wanted=None, span: tuple[float, float] | None = None) ->
     ``span``, only entries last changed in ``[start, end)`` are kept, before anything else
     is made of them: a flat directory's older files cost a ``stat`` each and no more.
     """
-    if _is_local(path):
-        local = os.path.abspath(_local(path))
+    if is_local(path):
+        local = os.path.abspath(local_path(path))
         out = []
         try:
             with os.scandir(local) as it:
@@ -167,8 +157,8 @@ def _dir_unit(entry: _Entry, streams: Sequence[Stream], name: str) -> Unit | Non
     and the ``ready_marker``, if any, are in it."""
     marker = streams[0].ready_marker
     if marker:  # a hidden name (``_SUCCESS``): looked up, not listed
-        if _is_local(entry.path):
-            present = os.path.exists(os.path.join(_local(entry.path), marker))
+        if is_local(entry.path):
+            present = os.path.exists(os.path.join(local_path(entry.path), marker))
         else:
             present = _fs(entry.path)[0].exists(posixpath.join(str(entry.path), marker))
         if not present:
@@ -234,7 +224,7 @@ def _partition_dirs(root: str, stream: Stream) -> list[tuple[str, str]]:
         fs, base = _fs(root)
         glob = posixpath.join(str(base).rstrip("/"), STRFTIME_FIELD.sub("*", template))
         rels = sorted(posixpath.relpath(str(p), str(base).rstrip("/")) for p in fs.glob(glob) if fs.isdir(p))
-    sep = os.sep if _is_local(root) else "/"
+    sep = os.sep if is_local(root) else "/"
     return [(rel, str(root).rstrip("/") + sep + rel.replace("/", sep)) for rel in rels]
 
 
@@ -280,7 +270,7 @@ def count_names(landing: str | os.PathLike) -> int:
     :func:`list_units`' count, far cheaper. Waits poll this, and list the units only once
     enough names are there. (A flat or partitioned layout holds other windows' files too,
     so its waits list the units at once.)"""
-    if not _is_local(landing):
+    if not is_local(landing):
         fs, root = _fs(landing)
         try:
             listed = fs.ls(root, detail=False)
@@ -288,6 +278,6 @@ def count_names(landing: str | os.PathLike) -> int:
             return 0
         return sum(1 for name in listed if not is_hidden(posixpath.basename(str(name).rstrip("/"))))
     try:
-        return sum(1 for name in os.listdir(_local(landing)) if not is_hidden(name))
+        return sum(1 for name in os.listdir(local_path(landing)) if not is_hidden(name))
     except FileNotFoundError:
         return 0

@@ -53,11 +53,20 @@ def check_name(value: object, field: str) -> str:
     return value
 
 
+def is_local(path: str | os.PathLike) -> bool:
+    """A path on this machine's file system: a plain path or a ``file://`` URL."""
+    return "://" not in str(path) or str(path).startswith("file://")
+
+
+def local_path(path: str | os.PathLike) -> str:
+    """A local path or ``file://`` URL as a plain path (other URLs as they are)."""
+    path = str(path)
+    return path[len("file://"):] if path.startswith("file://") else path
+
+
 def _norm(path: str) -> str:
     """A path or URL with ``.`` and ``..`` resolved as text (an object store has no symlinks)."""
-    path = str(path)
-    if path.startswith("file://"):
-        path = path[len("file://"):]
+    path = local_path(path)
     scheme, sep, rest = path.partition("://")
     if sep:
         return f"{scheme}://" + posixpath.normpath("/" + rest.lstrip("/"))

@@ -16,12 +16,11 @@ from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.filecheck import (  # noqa: F401  (the checks' names, as the jobs and tests know them here)
     FileInfo, Inspection, check_input_file, expected_columns, inspect_files, unit_of,
 )
-from airflow_iqp.filecheck import is_local as _is_local
 from airflow_iqp.filecheck import is_tpch as _is_tpch
-from airflow_iqp.filecheck import local_path as _local
 from airflow_iqp.inputs.tpch import schema_ddl
 from airflow_iqp.query.model import Query
 from airflow_iqp.query.store import Saved, load_query
+from airflow_iqp.paths import is_local, local_path
 from airflow_iqp.state import check_name, make_dirs, replace_dir, temp_sibling
 from airflow_iqp.streams import Stream, stream_of
 from airflow_iqp.streams import schema_ddl as columns_ddl
@@ -53,7 +52,7 @@ def static_path(static, table: str) -> str:
 
 def read_static(spark, static, table: str):
     path = static_path(static, table)
-    if _is_local(path) and not os.path.exists(_local(path)):
+    if is_local(path) and not os.path.exists(local_path(path)):
         raise DataError(f"{path}: static table {table} does not exist")
     fmt = next((f for f in ("csv", "json", "orc") if path.endswith("." + f)), "parquet")
     reader = spark.read.format(fmt)
@@ -109,7 +108,7 @@ def run_final(spark, query: Saved | Query | str, partials, also=None):
         raise ConfigError(f"query {query.id}: no partial results to merge", field="partials")
     paths = [str(p) for p in partials]
     for p in paths:
-        if _is_local(p) and not os.path.exists(_local(p)):
+        if is_local(p) and not os.path.exists(local_path(p)):
             raise DataError(f"{p}: partial result does not exist")
     if not paths:
         return query.compute_final(spark, also, static=static)
