@@ -155,8 +155,13 @@ def migrate(env: Mapping[str, str], log: Path, timeout: float = 600) -> None:
 
 
 def port_taken(port: int) -> bool:
-    """Whether something listens on ``port`` of 127.0.0.1 (or it cannot be bound)."""
+    """Whether something listens on ``port`` of 127.0.0.1 (or it cannot be bound).
+
+    The bind takes SO_REUSEADDR, as the api-server's own bind does: connections that a
+    stopped server closed linger in TIME_WAIT for a minute and do not make the port taken.
+    """
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_iqp.cli.dev import HEALTH_KEYS, free_port, stack_env, stack_settings
+from airflow_iqp.cli.dev import HEALTH_KEYS, free_port, port_taken, stack_env, stack_settings
 from airflow_iqp.cli.main import main
 from iqp_dev.procs import alive
 
@@ -124,6 +124,24 @@ def test_a_component_that_exits_stops_the_rest_and_shows_its_log(tmp_path):
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert [p for p in pids if alive(p)] == []
+
+
+def test_a_port_is_taken_while_listened_on_not_while_its_closed_connections_linger():
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    conn, _ = srv.accept()
+    assert port_taken(port)
+    # The server closes first, as an api-server stopping under its clients does: its side of
+    # the connection lingers in TIME_WAIT after the listener is gone.
+    conn.close()
+    time.sleep(0.1)
+    client.close()
+    srv.close()
+    assert not port_taken(port)
 
 
 @pytest.mark.parametrize("module", ["airflow_iqp.cli.dev", "airflow_iqp.cli.main"])
