@@ -112,10 +112,15 @@ def main(argv: list[str] | None = None) -> int:
     for window_id, tis in zip(ids, all_tis):
         ws = WindowState(out / "state", "cq2", window_id)
         plan, report = read_json(ws.root / "plan.json"), read_json(ws.root / "report.json")
+        replanned = (read_json(ws.root / "replan.json") if (ws.root / "replan.json").is_file() else {}).get("models")
         print(f"window {window_id}:")
         _print_report(plan, report, tis)
+        if replanned:
+            print(f"planned again at a claim, with newer costs: {replanned}")
         windows.append({"window": window_id, "models": plan["models"], "deadline_met": report["deadline_met"],
-                        "batches": [{"batch": b["index"], "units": r["claimed_units"], "planned_seconds": b["cost"],
+                        "batches": [{"batch": b["index"], "units": r["claimed_units"],
+                                     "planned_seconds": r["planned_cost"],
+                                     "first_planned_seconds": r.get("first_planned_cost", b["cost"]),
                                      "claim_to_partial_seconds": r.get("claim_to_partial_seconds")}
                                     for b, r in zip(plan["batches"], report["batches"])]})
         print()
@@ -134,16 +139,17 @@ def _print_report(plan: dict, report: dict, tis: list[dict]) -> None:
     subs = {t["map_index"]: t for t in tis if t["task_id"] == "batch.submit"}
     print(f"Plan against actual ({plan['models']}):")
     print(f"{'batch':>7} {'units':>6} {'claimed':>8} {'ready':>9} {'latest':>9} {'claimed at':>11} "
-          f"{'started':>9} {'ended':>9} {'planned s':>10} {'took s':>7} {'spark s':>8}")
+          f"{'started':>9} {'ended':>9} {'at open s':>10} {'planned s':>10} {'took s':>7} {'spark s':>8}")
     for b, r in zip(plan["batches"], report["batches"]):
         t = subs.get(b["index"] - 1, {})
         st, en = _iso_ts(t.get("start_date")), _iso_ts(t.get("end_date"))
         print(f"{b['index']:>4}/{b['of']:<2} {b['units']:>6} {r['claimed_units']:>8} {_utc(b['ready_ts']):>9} "
               f"{_utc(b['latest_start_ts']):>9} {_utc(r['claimed_at']) if r['claimed_at'] else '-':>11} "
-              f"{_utc(st) if st else '-':>9} {_utc(en) if en else '-':>9} {b['cost']:>10.1f} "
+              f"{_utc(st) if st else '-':>9} {_utc(en) if en else '-':>9} {b['cost']:>10.1f} {r['planned_cost']:>10.1f} "
               f"{(r.get('claim_to_partial_seconds') or 0):>7.1f} {(r['wall_seconds'] or 0):>8.1f}")
-    print("(took s: from the claim to the written partial, what planned s stands for; "
-          "spark s: the job's Spark work alone)")
+    print("(at open s: the batch's cost in the plan made as the window opened; planned s: as the window's "
+          "plan stood at its claim, planned again there where the cost history had grown; took s: from the "
+          "claim to the written partial, what both stand for; spark s: the job's Spark work alone)")
     met = "met" if report["deadline_met"] else "MISSED"
     print(f"final aggregation finished {_utc(report['finished_ts'])}; deadline {_utc(report['deadline_ts'])}: {met}"
           f"{'; the result is partial (late units)' if report['partial'] else ''}")

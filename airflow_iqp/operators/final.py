@@ -15,6 +15,7 @@ from airflow_iqp.hooks.state import IQPStateHook
 from airflow_iqp.operators._backends import OnBackend, strategy
 from airflow_iqp.state import WindowState, batch_name
 from airflow_iqp.window.batch import Batch, batches_from
+from airflow_iqp.window.replan import effective
 
 
 def result_asset(query: str) -> Asset:
@@ -163,12 +164,16 @@ class FinalOperator(OnBackend, BaseOperator):
         claims = state.claims(ws)
         tries = state.attempts(ws)
         rows = []
-        for b in batches:
+        for first in batches:
+            # As the window's newest re-plan has it (a claim plans the rest again with newer
+            # costs, or as units arrive); what the window's plan had first beside it.
+            b = effective(first)
             claim = claims.get(b.index, {})
             metrics = state.metrics(ws, b.index)
             rows.append({"index": b.index, "planned_units": b.units, "planned_cumulative": b.cumulative,
                          "ready_ts": b.ready_ts, "latest_start_ts": b.latest_start_ts,
-                         "planned_cost": b.cost, "claimed_units": len(claim.get("units", [])),
+                         "planned_cost": b.cost, "first_planned_cost": first.cost,
+                         "claimed_units": len(claim.get("units", [])),
                          "claimed_at": claim.get("claimed_at"), "wall_seconds": metrics.get("wall_seconds"),
                          "cpu_seconds": metrics.get("cpu_seconds"), "written_at": metrics.get("written_at"),
                          # what planned_cost stands for: the task's start, the JVM or session, the work

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from airflow_iqp import options
 from airflow_iqp.errors import ConfigError
@@ -99,3 +99,16 @@ class QueryConfig:
         if self.final_agg_hint is not None:
             final_agg_from_dict(self.final_agg_hint, "final_agg_hint")
 
+    def to_dict(self) -> dict:
+        """Plain JSON, as ``plan.json`` keeps it: a claim re-plans with the models these
+        settings give then (:func:`airflow_iqp.window.replan.refresh`)."""
+        out = asdict(self)
+        out["streams"] = list(self.streams) if self.streams is not None else None
+        return out
+
+    @classmethod
+    def from_dict(cls, value: dict) -> "QueryConfig":
+        data = dict(value)
+        if data.get("streams") is not None:
+            data["streams"] = tuple(data["streams"])
+        return cls(**data)

@@ -40,6 +40,9 @@ class WindowPlan:
     final_agg_model: dict | None = None
     #: The plan spec it was planned from, on the window's axis (``PlanSpec.to_dict``).
     spec: dict | None = None
+    #: The settings it was planned with (``QueryConfig.to_dict``): a claim plans the rest of
+    #: the window again when the models they give have changed since (a newer cost history).
+    config: dict | None = None
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k not in ("plan", "batches")}
@@ -100,7 +103,7 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
                       window_start=window_start,
                       window_end=window_end, deadline=deadline, planned_at=now, plan=plan, batches=batches,
                       backfill=backfill, models=models, cost_model=_json_model(cost),
-                      final_agg_model=_json_model(agg), spec=_json_model(spec))
+                      final_agg_model=_json_model(agg), spec=_json_model(spec), config=cfg.to_dict())
 
 
 def _json_model(model) -> dict | None:

@@ -11,7 +11,7 @@ from airflow_iqp.filecheck import check_claim
 from airflow_iqp.state import ClaimError, claim_units, count_landed, list_ready_units, note_seen, read_claims, read_json
 from airflow_iqp.streams import files_of
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.replan import effective, replan, replan_after
+from airflow_iqp.window.replan import effective, fresh_models, recost, replan, replan_after
 
 #: How often the fused tail's task looks at the landing directory while it waits, and a
 #: batch next in line at the gate looks for its turn: with tight deadlines a tenth of a
@@ -200,10 +200,15 @@ def _claim_unclaimed(batch: Batch, ws, now: float | None) -> dict:
     units = [p for p in listed if p.name not in taken]
     if batch.max_units is not None:  # a MinBatch takes its size, oldest units first
         units = units[: batch.max_units]
-    if not batch.known_total and not batch.last:
-        run_now, _doc = replan(batch, len(taken), len(units), time.time() if now is None else now)
+    # The rest of the window is planned again: as its units arrive (an unknown total), and
+    # with the costs the history gives now where they changed since it was planned.
+    fresh = fresh_models(batch)
+    if not batch.last and (fresh is not None or not batch.known_total):
+        run_now, _doc = replan(batch, len(taken), len(units), time.time() if now is None else now, fresh)
         if not run_now:
             units = []
+    elif batch.last and fresh is not None:
+        recost(batch, len(units), fresh)
     found = check_claim(ws, streams, units) if units else None  # the files' check, before any Spark job
     return claim_units(ws, batch.index, [p.name for p in units], files_of(units, streams), arrived=seen, found=found)
 

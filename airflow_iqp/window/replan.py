@@ -1,18 +1,24 @@
-"""A window whose total is unknown: the remaining batches planned again as units arrive."""
+"""The rest of a window planned again at a claim: as units arrive (a total that is not known),
+and with newer costs (the cost history has grown since the window was planned)."""
 
 from __future__ import annotations
 
+import json
 import math
 
+from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.models import EmpiricalArrival, cost_model_from_dict, final_agg_from_dict
 from airflow_iqp.planning.planner import Plan, build_plan, plan_batches
 from airflow_iqp.state import WindowState, atomic_write_json, read_json
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.config import clock
+from airflow_iqp.window.config import QueryConfig, clock
+from airflow_iqp.window.costs import cost_models
 
 REPLAN = "replan.json"
 #: The share of a window after which the rate seen so far estimates its total.
 EXTRAPOLATE_AFTER = 0.1
+#: The plan methods of Algorithm 1, whose windows a claim may plan again.
+ALGORITHM1 = ("greedy", "exact")
 
 
 def _replan(ws: WindowState) -> dict:
@@ -26,37 +32,90 @@ def replan_after(ws: WindowState) -> int:
 
 
 def effective(batch: Batch) -> Batch:
-    """A plan entry as the newest re-plan of its window has it (an unknown total only)."""
-    if batch.known_total:
-        return batch
+    """A plan entry as the newest re-plan of its window has it."""
     override = _replan(batch.window_state()).get("entries", {}).get(str(batch.index))
     return batch.with_(**override) if override else batch
 
 
-def replan(batch: Batch, claimed: int, arrived: int, now: float) -> tuple[bool, dict | None]:
-    """A window of unknown total, as a batch fires: whether it runs now, and the remaining
-    batches planned again.
+def _plain(value):
+    return json.loads(json.dumps(value))
 
-    The total is estimated again from what has arrived (``claimed`` units in earlier
-    batches and ``arrived`` more by ``now``, at the rate seen so far, over the whole
-    window). A planned batch runs now with what has arrived; a checkpoint only if the
-    rest would not fit one batch after the window's end. Algorithm 1 then cuts what is
-    left, arriving evenly until the window's end, after the executor is done with this
-    batch; the new batches go to the remaining entries, the last to the last, and entries
-    left over skip. Written to ``replan.json``, which :func:`effective` reads.
+
+def _in_effect(ws: WindowState, doc: dict) -> tuple[dict | None, dict | None]:
+    """The models the window's batches are planned with now: the newest re-plan's, else the plan's."""
+    newest = _replan(ws)
+    return (newest.get("cost_model") or doc.get("cost_model"),
+            newest.get("final_agg_model") or doc.get("final_agg_model"))
+
+
+Models = tuple  # (CostModel, FinalAggCost, where they came from)
+
+
+def fresh_models(batch: Batch) -> Models | None:
+    """The models the batch's window would be planned with now, where they differ from the
+    ones its batches are planned with: its query's cost history has grown since (the window
+    before it ended after this one was planned, or a batch of this one finished). None when
+    they do not differ, and for a window that no claim plans again: one not cut by
+    Algorithm 1 (MinBatches, one batch, a backfill), one planned with the cluster's other
+    queries, or one whose plan keeps no settings (planned outside the plan task)."""
+    ws = batch.window_state()
+    path = ws.root / "plan.json"
+    if batch.late or not path.is_file():
+        return None
+    doc = read_json(path)
+    settings = doc.get("config")
+    if (not settings or doc.get("backfill") or settings.get("shares") or settings.get("ahead")
+            or (doc.get("spec") or {}).get("method") not in ALGORITHM1):
+        return None
+    cost, agg, source = cost_models(QueryConfig.from_dict(settings))
+    try:
+        now = _plain(cost.to_dict()), _plain(agg.to_dict())
+    except ConfigError:  # a model built in code has no JSON form
+        return None
+    return None if now == tuple(_plain(m) for m in _in_effect(ws, doc)) else (cost, agg, source)
+
+
+def recost(batch: Batch, units: int, models: Models) -> dict:
+    """The window's last batch, claimed with newer models than its plan's: what it is planned
+    to cost now (its ``units``, as claimed), in ``replan.json``, which :func:`effective` reads."""
+    ws = batch.window_state()
+    doc = _replan(ws)
+    cost, agg, source = models
+    entries = doc.get("entries", {})
+    entries[str(batch.index)] = {**entries.get(str(batch.index), {}), "cost": cost.cost(units)}
+    doc.update(entries=entries, cost_model=cost.to_dict(), final_agg_model=agg.to_dict(), models=source)
+    atomic_write_json(ws.root / REPLAN, doc)
+    return doc
+
+
+def replan(batch: Batch, claimed: int, arrived: int, now: float,
+           models: Models | None = None) -> tuple[bool, dict | None]:
+    """As a batch fires: whether it runs now, and the window's remaining batches planned again.
+
+    A window of unknown total estimates it again from what has arrived (``claimed`` units
+    in earlier batches and ``arrived`` more by ``now``, at the rate seen so far, over the
+    whole window); one whose total is known keeps it (or what has arrived, if more). A
+    planned batch runs now with what has arrived; a checkpoint only if the rest would not
+    fit one batch after the window's end. Algorithm 1 then cuts what is left, arriving
+    evenly until the window's end, after the executor is done with this batch; the new
+    batches go to the remaining entries, the last to the last, and entries left over skip.
+    ``models`` (:func:`fresh_models`) replace the ones in effect, and the batch that runs
+    now is costed with them for the units it claims. Written to ``replan.json``, which
+    :func:`effective` reads.
     """
     ws = batch.window_state()
     doc = read_json(ws.root / "plan.json")
-    if not doc.get("cost_model") or not doc.get("final_agg_model"):
+    cost_doc, agg_doc = _in_effect(ws, doc)
+    if models is None and (not cost_doc or not agg_doc):
         return arrived > 0 and not batch.spare, None
-    cost, agg = cost_model_from_dict(doc["cost_model"]), final_agg_from_dict(doc["final_agg_model"])
+    cost, agg, source = models or (cost_model_from_dict(cost_doc), final_agg_from_dict(agg_doc), None)
     start, end = doc["window_start"], doc["window_end"]
     rel_now, rel_end = now - start, end - start
     ready_end, rel_deadline = rel_end + batch.grace, doc["deadline"] - start
     seen = claimed + arrived
     if rel_now >= rel_end:
         total = seen
-    elif rel_now < EXTRAPOLATE_AFTER * rel_end:  # too early to tell a rate: the estimate stands
+    elif batch.known_total or rel_now < EXTRAPOLATE_AFTER * rel_end:  # the count (or estimate) stands
         total = max(seen, batch.expected_total)
     else:
         total = max(seen, math.ceil(seen * rel_end / rel_now))
@@ -90,7 +149,11 @@ def replan(batch: Batch, claimed: int, arrived: int, now: float) -> tuple[bool, 
     plan = build_plan(sizes, basis[0], cost, agg, basis[1], max(rel_deadline, basis[1])) if sizes else None
     checkpoints = {e.index: e for e in planned if e.spare}
     name = f"re-plan at {clock(now)} after batch {batch.index}"
-    entries, cumulative = {}, base
+    # What earlier re-plans said of the batches that have claimed stays (the report reads it).
+    entries = {k: v for k, v in _replan(ws).get("entries", {}).items() if int(k) <= batch.index}
+    if run_now and models is not None:
+        entries[str(batch.index)] = {**entries.get(str(batch.index), {}), "cost": cost.cost(arrived)}
+    cumulative = base
     for j, idx in enumerate(slots):
         head = f"batch {idx}/{last}"
         if plan is not None and j < len(sizes) - 1:
@@ -108,9 +171,12 @@ def replan(batch: Batch, claimed: int, arrived: int, now: float) -> tuple[bool, 
             entries[str(idx)] = {"skip": True, "units": 0, "cumulative": cumulative,
                                  "label": f"{head} · dropped by the {name}: {why}"}
     entries[str(last)] = {"expected_total": total, "units": sizes[-1] if sizes else 0,
-                          **({"latest_start_ts": start + plan.batches[-1].latest_start} if plan else {})}
+                          **({"latest_start_ts": start + plan.batches[-1].latest_start,
+                              "cost": plan.batches[-1].cost} if plan else {})}
     out = {"after": batch.index, "at": now, "expected_total": total, "ran": run_now,
-           "feasible": plan.feasible if plan else True, "sizes": sizes, "entries": entries}
+           "feasible": plan.feasible if plan else True, "sizes": sizes, "entries": entries,
+           "cost_model": cost.to_dict(), "final_agg_model": agg.to_dict(),
+           "models": source or _replan(ws).get("models")}
     atomic_write_json(ws.root / REPLAN, out)
     return run_now, out
 
