@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -78,10 +77,10 @@ class WindowEndDeadline(BaseDeadlineReference):
 async def log_deadline_missed(context: dict | None = None, query: str | None = None, **kwargs: Any) -> None:
     """Default ``AsyncCallback`` target (runs in the triggerer): log it, and record it as JSON.
 
-    The record goes to ``STATE/<query>/deadline_missed/<run id>.json`` (``[iqp] state_dir``).
+    The record goes to the query's state in the store (``[iqp] state_dir``), by run id.
     """
     from airflow_iqp import config
-    from airflow_iqp.state import atomic_write_json
+    from airflow_iqp.store import open_store
 
     context = context or {}
     dag_run = context.get("dag_run") or {}
@@ -90,8 +89,7 @@ async def log_deadline_missed(context: dict | None = None, query: str | None = N
     log.warning("IQP deadline missed: %s", json.dumps(record, default=str))
     # the context's dag_run is the REST API's DAGRunResponse: the id is "dag_run_id"
     run_id = str(dag_run.get("dag_run_id", "unknown")).replace("/", "_").replace(":", "_")
-    path = os.path.join(config.state_dir(), query or "unknown", "deadline_missed", f"{run_id}.json")
-    atomic_write_json(path, record)
+    open_store(config.state_dir()).query(query or "unknown").record_deadline_missed(run_id, record)
 
 
 def _jsonable(value: Any) -> Any:

@@ -25,17 +25,15 @@ not inspected here; Spark reports their errors when it reads them.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping, Sequence
 
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.inputs.tpch import SCHEMAS
-from airflow_iqp.paths import is_local, local_path, make_dirs, private_temp
+from airflow_iqp.paths import is_local, local_path
 from airflow_iqp.streams import Stream, arrow_type, ddl_columns, file_schema, stream_of
 from airflow_iqp.streams import spark_type as spark_type_of
 
@@ -58,43 +56,29 @@ def is_tpch(stream: Stream) -> bool:
     return stream.unit == "dir" and stream.name in SCHEMAS and stream.schema is None
 
 
-def expected_columns(stream: Stream, files: str | Sequence[str],
-                     record_dir: str | os.PathLike | None = None) -> dict[str, str]:
+def expected_columns(stream: Stream, files: str | Sequence[str], record=None) -> dict[str, str]:
     """The columns (name -> Spark type) every unit file of ``stream`` must have.
 
     Declared (``stream.schema``), TPC-H's, or taken from a unit: the first of ``files``
     (the window's claimed files in batch order, then the batch's own) that can be read;
-    a corrupt file is skipped, for the file check to name it. With ``record_dir``
-    (``STATE/<query>/schema``) the first batch that needs it takes it so and records it in
-    ``<stream>.json``, and every later batch and window checks against that record, so
-    all partials agree on their columns' types.
+    a corrupt file is skipped, for the file check to name it. With ``record`` (the
+    query's :class:`~airflow_iqp.store.QueryState`) the first batch that needs it takes it
+    so and records it, and every later batch and window checks against that record, so all
+    partials agree on their columns' types.
     """
     if is_tpch(stream):
         return dict(SCHEMAS[stream.name])
     if stream.schema:
         return ddl_columns(stream.schema)
     files = [files] if isinstance(files, str) else list(files)
-    if record_dir is None or not all(is_local(f) for f in files):
+    if record is None or not all(is_local(f) for f in files):
         return _first_schema(stream, files)
-    from airflow_iqp.state import read_json
-
-    path = Path(record_dir) / f"{stream.name}.json"
-    if not path.is_file():
+    recorded = record.columns(stream.name)
+    if recorded is None:
         columns, taken_from = _first_schema(stream, files, with_file=True)
-        make_dirs(path.parent)
-        fd, tmp = private_temp(path.parent, f".{stream.name}.")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump({"columns": columns, "taken_from": taken_from}, fh)
-            # Linked into place whole: the first writer wins, and no reader (another batch's
-            # claim, checking at the same moment) sees it half written.
-            os.link(tmp, path)
-            return columns
-        except FileExistsError:  # a batch that lost the race reads the winner's
-            pass
-        finally:
-            os.unlink(tmp)
-    return dict(read_json(path)["columns"])
+        # The first batch to record them wins; one that lost the race checks against its record.
+        recorded = record.record_columns(stream.name, {"columns": columns, "taken_from": taken_from})
+    return dict(recorded["columns"])
 
 
 def _first_schema(stream: Stream, files: Sequence[str], with_file: bool = False):
@@ -249,7 +233,7 @@ def bad_files_message(bad: Sequence[Mapping], done: str = "") -> str:
 
 
 def _columns(streams: Sequence[Stream], files: Sequence[str], candidates: Sequence[str],
-             record_dir: str | os.PathLike | None, strict: bool) -> dict[str, dict[str, str]]:
+             record, strict: bool) -> dict[str, dict[str, str]]:
     """Each stream's columns (:func:`expected_columns`) for the streams of ``files``, taken from
     ``candidates`` then ``files``. Not ``strict``: a stream none of whose files can be read,
     and that declares no columns, is checked for readability alone, and a stream of remote
@@ -262,7 +246,7 @@ def _columns(streams: Sequence[Stream], files: Sequence[str], candidates: Sequen
         if not strict and not any(is_local(f) for f in mine):
             continue  # remote files are not inspected when claimed
         try:
-            out[name] = expected_columns(stream, list(mine), record_dir)
+            out[name] = expected_columns(stream, list(mine), record)
         except ConfigError:
             if strict:
                 raise
@@ -296,12 +280,9 @@ def check_claim(ws, streams: Sequence[Stream], units: Sequence) -> dict:
     all its ``files``), ``checked`` (file -> rows of the files checked whole). Keys with
     nothing to say are left out. The claim keeps every unit: a quarantined one is claimed
     once, and no later batch or window takes it."""
-    from airflow_iqp.query.store import schema_dir
-    from airflow_iqp.state import claimed_files
-
     by_unit = {u.name: [f for s in streams for f in u.files.get(s.name, ())] for u in units}
     files = [f for fs in by_unit.values() for f in fs]
-    columns = _columns(streams, files, claimed_files(ws), schema_dir(ws.state_dir, ws.query_id), strict=False)
+    columns = _columns(streams, files, ws.claimed_files(), ws.store.query(ws.query_id), strict=False)
     infos, bad = _check_all(files, streams, columns, SAMPLE_BYTES)
     out: dict = {}
     checked = {i.path: i.rows for i in infos if i.rows is not None}
@@ -335,7 +316,7 @@ def files_to_read(claim: Mapping) -> list[str]:
     return [f for f in claim.get("files", []) if f not in out]
 
 
-def still_bad(claim: Mapping, streams: Sequence[Stream], record_dir: str | os.PathLike | None) -> list[dict]:
+def still_bad(claim: Mapping, streams: Sequence[Stream], record=None) -> list[dict]:
     """The bad files of a claim that were not quarantined (``on_bad_unit="fail"``) and are
     bad still, checked again as at the claim: a rerun after they were replaced goes on."""
     quarantined = {q["unit"] for q in claim.get("quarantined", [])}
@@ -343,7 +324,7 @@ def still_bad(claim: Mapping, streams: Sequence[Stream], record_dir: str | os.Pa
     if not files:
         return []
     good = [f for f in claim.get("files", []) if f not in files]
-    return _check_all(files, streams, _columns(streams, files, good, record_dir, strict=False), SAMPLE_BYTES)[1]
+    return _check_all(files, streams, _columns(streams, files, good, record, strict=False), SAMPLE_BYTES)[1]
 
 
 @dataclass(frozen=True)
@@ -359,7 +340,7 @@ class Inspection:
         return [i.path for i in self.infos]
 
 
-def inspect_files(files: Sequence[str], saved, record_dir: str | os.PathLike | None = None,
+def inspect_files(files: Sequence[str], saved, record=None,
                   claimed: Sequence[str] = (), checked: Mapping[str, int] | None = None) -> Inspection:
     """Check a batch's files (those of the streams its query reads). Bad files fail the batch
     (``on_bad_unit="fail"``: one :class:`DataError` whose first line names every one of them)
@@ -373,7 +354,7 @@ def inspect_files(files: Sequence[str], saved, record_dir: str | os.PathLike | N
     ``checked``: file -> rows of the files the claim checked whole; they are not read again.
     """
     read = [f for f in files if stream_of(f, saved.streams).name in saved.query.streams]
-    columns = _columns(saved.streams, read, claimed, record_dir, strict=True)
+    columns = _columns(saved.streams, read, claimed, record, strict=True)
     checked = checked or {}
     done = [FileInfo(f, stream_of(f, saved.streams).name, checked[f], os.path.getsize(local_path(f)))
             for f in read if f in checked and os.path.isfile(local_path(f))]

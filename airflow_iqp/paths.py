@@ -1,6 +1,6 @@
 """Names and permissions of the state directory: nothing escapes it, nothing in it is world-readable.
 
-Pure Python (no Spark, no Airflow). :mod:`airflow_iqp.state` re-exports these; every
+Pure Python (no Spark, no Airflow). :mod:`airflow_iqp.store` makes every
 directory and file of the state layout is made through them.
 
 * A name that becomes one component of a path (a query id, a window id, a unit name, a

@@ -25,8 +25,11 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_iqp.planning.paper import DELTAS, FIGURE_9, load_models, paper_scenario
-from airflow_iqp.planning.simulate import simulate
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from airflow_iqp.planning.simulate import simulate  # noqa: E402
+from benchmarks.paper import DELTAS, FIGURE_9, load_models, paper_scenario  # noqa: E402
 
 HERE = Path(__file__).parent
 MODELS = HERE / "scenarios" / "paper_queries.json"

@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from airflow_iqp.inputs.profiles import arrival_offsets  # noqa: E402
 from airflow_iqp.window.config import window_id  # noqa: E402
 from airflow_iqp.spark import connect  # noqa: E402
-from airflow_iqp.state import read_json  # noqa: E402
+from airflow_iqp.store import WindowState, open_store  # noqa: E402
 from vs_streaming import COST_SCALE as VS_COST_SCALE  # noqa: E402
 from vs_streaming import (  # noqa: E402
     REFERENCE_PUBLISH_S, REFERENCE_WINDOW_S, RESULTS, airflow_config, calibrate_queries,
@@ -139,15 +139,15 @@ def run_windows(ctx, phase: str, windows: list[dict], *, reference: bool) -> lis
                 say(f"{d['dag_id']}: {rec['failed']}")
             rec["server_cpu_seconds"] = round(connect.server_cpu_seconds(server_pid) - cpu0, 2)
             th.join()
-            root = w["run_dir"] / "state" / w["query"] / window_id(start)
-            got = window_outcome({w["query"]: root}, start, window_end, landed)
-            rec.update(outcome(ctx, w, root, got))
+            ws = open_store(w["run_dir"] / "state").window(w["query"], window_id(start))
+            got = window_outcome({w["query"]: ws}, start, window_end, landed)
+            rec.update(outcome(ctx, w, ws, got))
             out.append(rec)
             say(f"{d['dag_id']}: {json.dumps({k: v for k, v in rec.items() if k != 'failed'})[:500]}")
     return out
 
 
-def outcome(ctx, w: dict, root: Path, got: dict) -> dict:
+def outcome(ctx, w: dict, ws: WindowState, got: dict) -> dict:
     """One window's numbers, from its final task's report."""
     q = w["query"]
     report = got["reports"].get(q)
@@ -157,7 +157,7 @@ def outcome(ctx, w: dict, root: Path, got: dict) -> dict:
     after = finished - (w["anchor_ts"] + w["window_s"])
     rows = report["batches"]
     last = max(rows, key=lambda b: b["index"]) if rows else {}
-    plan = read_json(root / "plan.json") if (root / "plan.json").is_file() else {}
+    plan = ws.doc("plan") or {}
     correct = check_results({q: got["results"][q]}, ctx["refs"])[q]
     return {"after_window": round(after, 3), "met": after <= w["deadline"] + 1e-9,
             "missed_by": round(max(0.0, after - w["deadline"]), 3),

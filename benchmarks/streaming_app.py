@@ -52,7 +52,9 @@ def main(argv=None) -> int:
     from airflow_iqp.inputs.tpch import schema_ddl
     from airflow_iqp.query.catalogue import get_query
     from airflow_iqp.spark.steps import read_static, run_batch, write_atomic
-    from airflow_iqp.state import unit_files
+    from airflow_iqp.streams import TPCH, files_of
+
+    tpch = {s.name: s for s in TPCH}
 
     spark = SparkSession.builder.appName(f"iqp-bench-{args.name}").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -93,7 +95,7 @@ def main(argv=None) -> int:
                 if not files:
                     return
                 units = sorted({Path(urlparse(f).path).parent for f in files})
-                part = run_batch(spark, q, unit_files(units, q.streams), args.static)
+                part = run_batch(spark, q, files_of(units, [tpch[s] for s in q.streams]), args.static)
                 part.write.mode("overwrite").parquet(str(qout / "partials" / f"epoch-{epoch:06d}"))
                 with lock:
                     seen_units[q.id].update(u.name for u in units)

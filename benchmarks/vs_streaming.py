@@ -72,7 +72,8 @@ from airflow_iqp.spark import connect  # noqa: E402
 from airflow_iqp.spark.calibrate import calibrate  # noqa: E402
 from airflow_iqp.query.catalogue import get_query  # noqa: E402
 from airflow_iqp.spark.submit import run_submit, submit_args  # noqa: E402
-from airflow_iqp.state import read_cost_history, read_json  # noqa: E402
+from airflow_iqp.store import open_store  # noqa: E402
+from airflow_iqp.store.files import read_json  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 QUICK = {"queries": ["cq3"], "scale": 0.5, "units": 100,
@@ -346,12 +347,13 @@ def start_replay(ctx, landing: Path, arrivals: list[float]) -> tuple[threading.T
     return th, landed
 
 
-def window_outcome(roots: dict, window_start: float, window_end: float, landed: dict) -> dict:
-    """What the final tasks of one window reported: ``roots`` is ``{query: STATE/<query>/<window>}``."""
+def window_outcome(windows: dict, window_start: float, window_end: float, landed: dict) -> dict:
+    """What the final tasks of one window reported: ``windows`` is ``{query: its window's state}``
+    (:class:`~airflow_iqp.store.WindowState`)."""
     out = {"finished": {}, "task_cpu": 0.0, "results": {}, "batches": {}, "reports": {}, "last_unit": {},
            "last_unit_seen": {}}
-    for q, root in roots.items():
-        report = read_json(root / "report.json") if (root / "report.json").exists() else None
+    for q, ws in windows.items():
+        report = ws.doc("report")
         if report:
             out["reports"][q] = report
             out["finished"][q] = report["finished_ts"]
@@ -360,8 +362,9 @@ def window_outcome(roots: dict, window_start: float, window_end: float, landed: 
             out["batches"][q] = [b["claimed_units"] for b in report["batches"]]
         if landed:  # when the window's last unit really landed
             out["last_unit"][q] = round(max(landed.values()) - window_end, 2)
-        if (root / "arrivals.json").exists():  # when the provider first listed it
-            offsets = read_json(root / "arrivals.json")["offsets"]
+        arrivals = ws.doc("arrivals")
+        if arrivals is not None:  # when the provider first listed it
+            offsets = arrivals["offsets"]
             out["last_unit_seen"][q] = round(window_start + max(offsets) - window_end, 2)
     return out
 
@@ -415,7 +418,7 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
             th.join()
         server_cpu = (connect.server_cpu_seconds(server["pid"]) - server_cpu0) if server else 0.0
     wid = datetime.fromtimestamp(anchor, timezone.utc).strftime("%Y%m%dT%H%M%S")
-    got = window_outcome({q: state / q / wid for q in queries}, anchor, window_end, landed)
+    got = window_outcome({q: open_store(state).window(q, wid) for q in queries}, anchor, window_end, landed)
     correct = check_results(got["results"], ctx["refs"])
     deadlines = {q: window_end + offsets[q] for q in queries}
     return summarise(name, got["task_cpu"] + server_cpu, window_end, got["finished"], deadlines, rss.peak, correct,
@@ -525,7 +528,7 @@ def calibrated_one_batch(ctx, backend: str) -> tuple[dict, dict]:
     cost_of, overhead = {}, {}
     hist = ctx["history"].parent
     for q in ctx["queries"]:
-        fit = read_cost_history(hist, q, "fit", backend)[-1]
+        fit = open_store(hist).cost_history(q, "fit", backend)[-1]
         cost, agg = cost_model_from_dict(fit["cost"]), final_agg_from_dict(fit["final_agg"])
         cost_of[q] = cost.cost(ctx["units"]) + agg.cost(1)
         overhead[q] = fit["overhead_seconds"]

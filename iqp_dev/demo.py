@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from airflow_iqp.inputs.tpch import generate
     from iqp_dev.local_airflow import airflow_env
-    from airflow_iqp.state import WindowState, read_json
+    from airflow_iqp.store import open_store
 
     out = args.out.resolve()
     shutil.rmtree(out, ignore_errors=True)
@@ -110,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     print("4/4 done\n")
     windows = []
     for window_id, tis in zip(ids, all_tis):
-        ws = WindowState(out / "state", "cq2", window_id)
-        plan, report = read_json(ws.root / "plan.json"), read_json(ws.root / "report.json")
-        replanned = (read_json(ws.root / "replan.json") if (ws.root / "replan.json").is_file() else {}).get("models")
+        ws = open_store(out / "state").window("cq2", window_id)
+        plan, report = ws.doc("plan"), ws.doc("report")
+        replanned = (ws.doc("replan") or {}).get("models")
         print(f"window {window_id}:")
         _print_report(plan, report, tis)
         if replanned:
@@ -128,9 +128,9 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"window_seconds": args.window, "deadline_seconds": args.deadline,
                                          "windows": windows}, indent=2) + "\n")
-    ws = WindowState(out / "state", "cq2", ids[-1])
-    _print_result(read_json(ws.result_manifest))
-    png = _gantt(read_json(ws.root / "plan.json"), all_tis[-1], out / "gantt.png")
+    ws = open_store(out / "state").window("cq2", ids[-1])
+    _print_result(ws.manifest())
+    png = _gantt(ws.doc("plan"), all_tis[-1], out / "gantt.png")
     print(f"\nGantt chart of the run (plan against actual): {png}")
     return 0
 

@@ -10,3 +10,12 @@ DEFAULTS = dict(query="q", window_id="w", index=1, of=1, units=1, cumulative=1, 
 def make_batch(**fields) -> Batch:
     """A Batch with every required field filled in; ``fields`` override."""
     return Batch(**{**DEFAULTS, **fields})
+
+
+def tpch_files(units, names=("orders", "lineitem")) -> list[str]:
+    """The files of the named TPC-H streams in the given unit directories, stream by stream in
+    the order named (:func:`airflow_iqp.streams.files_of` over those of :data:`~airflow_iqp.streams.TPCH`)."""
+    from airflow_iqp.streams import TPCH, files_of
+
+    by_name = {s.name: s for s in TPCH}
+    return files_of(units, [by_name[n] for n in names])

@@ -23,18 +23,19 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.paths import DENIED, check_name, check_within
 from airflow_iqp.query import decompose
 from airflow_iqp.query.model import Query
-from airflow_iqp.query.store import Saved, query_file, save_query, schema_dir
-from airflow_iqp.spark.batch_job import execute_batch
+from airflow_iqp.filecheck import expected_columns
+from airflow_iqp.paths import make_dirs
+from airflow_iqp.query.store import Saved, load_query, save_query
+from airflow_iqp.spark.batch import batch_work, execute_batch
 from airflow_iqp.spark.connect import TOKEN_ENV, client_url, connect_url, redact_url, start_server
-from airflow_iqp.spark.steps import expected_columns, static_path
-from airflow_iqp.state import (
-    WindowState, append_cost_history, atomic_write_json, batch_name, claim_units, make_dirs, note_seen,
-    replace_dir, temp_sibling,
-)
+from airflow_iqp.spark.steps import static_path
+from airflow_iqp.store import batch_name, open_store
+from airflow_iqp.store.files import atomic_write_json, replace_dir, temp_sibling
 from airflow_iqp.landing import list_units
 from airflow_iqp.streams import Stream
 from airflow_iqp.window.batch import Batch
 from tests.batches import make_batch
+from tests.unit.support import rewrite_claim
 
 TOKEN = "s3cr3t+token/with=odd&chars-7f2a9c"
 
@@ -119,26 +120,27 @@ def test_nothing_in_the_state_directory_is_world_readable(tmp_path, umask):
                       cut=Algorithm1(cost_hint={"kind": "linear", "per_unit": 0.6, "per_batch": 25},
                                      final_agg_hint={"kind": "linear", "base": 25, "per_batch": 0.5}),
                       ).execute(context(TI("plan"), end=START + dt.timedelta(minutes=4)))
-    [ws_root] = [p for p in (state / "cq2").iterdir() if p.is_dir() and p.name != "schema"]
-    ws = WindowState(state, "cq2", ws_root.name)
-    assert (ws.root / "plan.json").is_file() and query_file(state, "cq2").is_file()
-    note_seen(ws, ["000001", "000002"])
-    claim_units(ws, 1, ["000001", "000002"], ["/landing/000001/orders.parquet"])
-    tmp = temp_sibling(ws.partial_path(1))
+    store = open_store(state)
+    [window] = store.query("cq2").windows()
+    ws = store.window("cq2", window)
+    assert ws.doc("plan") is not None and store.query("cq2").saved() is not None
+    ws.note_seen(["000001", "000002"])
+    ws.claim(1, ["000001", "000002"], ["/landing/000001/orders.parquet"])
+    tmp = temp_sibling(ws.partial_uri(1))  # as a batch job writes its partial
     _foreign_dir(tmp)
-    replace_dir(tmp, ws.partial_path(1))
-    atomic_write_json(ws.metrics_path(1), {"units": 2})
-    tmp = temp_sibling(ws.result_dir)
+    replace_dir(tmp, ws.partial_uri(1))
+    atomic_write_json(ws.metrics_uri(1), {"units": 2})
+    tmp = temp_sibling(ws.result_uri)
     _foreign_dir(tmp)
-    replace_dir(tmp, ws.result_dir)
-    atomic_write_json(ws.result_manifest, {"result": str(ws.result_dir)})
-    append_cost_history(state, query="cq2", kind="batch", units=2, batches=1, wall_seconds=1.0)
+    replace_dir(tmp, ws.result_uri)
+    ws.write_manifest({"result": ws.result_uri})
+    store.record_cost(query="cq2", kind="batch", units=2, batches=1, wall_seconds=1.0)
     batch = make_batch(query="cq2", window_id=ws.window_id, state_dir=str(state))
     with cluster_turn(batch, slots=1):
         pass
     first = tmp_path / "000001.csv"
     first.write_text("k,n\n1,2\n")
-    expected_columns(Stream(name="t", format="csv"), str(first), schema_dir(state, "cq2"))  # the schema record
+    expected_columns(Stream(name="t", format="csv"), str(first), store.query("cq2"))  # the schema record
     modes = _modes(tmp_path / "a")
     for name in ("state/cq2/query.json", f"state/cq2/{ws.window_id}/claims/batch-0001.json",
                  f"state/cq2/{ws.window_id}/partials/batch-0001/part-00000.parquet", "state/_turns/waiting",
@@ -153,12 +155,11 @@ def test_nothing_in_the_state_directory_is_world_readable(tmp_path, umask):
 def test_a_stricter_umask_narrows_the_modes_further(tmp_path):
     old = os.umask(0o077)
     try:
-        ws = WindowState(tmp_path / "state", "q", "w")
-        claim_units(ws, 0, ["u1"], ["/x/u1"])
+        open_store(tmp_path / "state").window("q", "w").claim(0, ["u1"], ["/x/u1"])
     finally:
         os.umask(old)
-    assert stat.S_IMODE(ws.claim_path(0).stat().st_mode) == 0o600
-    assert stat.S_IMODE(ws.claims_dir.stat().st_mode) == 0o700
+    modes = _modes(tmp_path / "state")
+    assert modes["q/w/claims/batch-0000.json"] == 0o600 and modes["q/w/claims"] == 0o700
 
 
 # ----------------------------------------------------------------------------- path traversal
@@ -176,13 +177,14 @@ def test_a_name_that_could_leave_its_directory_is_refused_at_every_entry_point(b
         assert err.value.field == field, (fn, err.value)
 
     refused("name", Query, id=bad, streams=("orders",))
-    refused("name", query_file, tmp_path, bad)
-    refused("query_id", WindowState, tmp_path, bad, "w")
-    refused("window_id", WindowState, tmp_path, "q", bad)
+    refused("name", load_query, bad, tmp_path)
+    refused("query_id", open_store(tmp_path).query, bad)
+    refused("query_id", open_store(tmp_path).window, bad, "w")
+    refused("window_id", open_store(tmp_path).window, "q", bad)
     refused("batch.query", make_batch, query=bad)
     refused("batch.window_id", make_batch, window_id=bad)
     refused("batch.window_id", Batch.from_dict, {**make_batch().to_dict(), "window_id": bad})
-    refused("units", claim_units, WindowState(tmp_path, "q", "w"), 0, [bad], [])
+    refused("units", open_store(tmp_path).window("q", "w").claim, 0, [bad], [])
     refused("static", static_path, str(tmp_path / "static"), bad)
     if bad:  # an empty name is the default stream name (the TPC-H layout)
         refused("streams", Stream, name=bad)
@@ -254,32 +256,34 @@ def test_a_listed_key_that_resolves_outside_the_landing_directory_is_not_a_unit(
                                                                      format="csv")])] == ["000001.csv"]
 
 
-def test_a_tampered_claim_manifest_cannot_make_a_batch_read_outside_its_landing(tmp_path):
+def test_a_tampered_claim_or_work_cannot_make_a_batch_read_outside_its_landing(tmp_path):
     state, landing = tmp_path / "state", tmp_path / "landing"
     query = decompose("SELECT k, count(*) AS n FROM t GROUP BY k", id="tq", streams=["t"])
     save_query(state, Saved(query, (Stream(name="t", path=str(landing), format="csv"),)))
-    ws = WindowState(state, "tq", "w")
-    for field, manifest in (("manifest.files", {"units": ["000001.csv"], "files": [str(landing / "../secret.csv")]}),
-                            ("manifest.files", {"units": ["000001.csv"], "files": ["/etc/passwd"]}),
-                            ("manifest.units", {"units": ["../../x"], "files": [str(landing / "000001.csv")]})):
-        atomic_write_json(ws.claim_path(0), {"batch": 0, **manifest})
-        with pytest.raises(ConfigError) as err:  # refused before Spark is asked for anything
-            execute_batch(None, "tq", ws.claim_path(0), None, ws.partial_path(0), backend="spark-submit")
-        assert err.value.field == field
-    assert not ws.partials_dir.exists()
+    ws = open_store(state).window("tq", "w")
+    ws.claim(1, ["000001.csv"], [str(landing / "000001.csv")])
+    for field, manifest in (("work.files", {"units": ["000001.csv"], "files": [str(landing / "../secret.csv")]}),
+                            ("work.files", {"units": ["000001.csv"], "files": ["/etc/passwd"]}),
+                            ("work.units", {"units": ["../../x"], "files": [str(landing / "000001.csv")]})):
+        rewrite_claim(ws, 0, **manifest)  # a claim edited in the store
+        for work in (batch_work(ws, 0), {**batch_work(ws, 1), **manifest}):  # or the job's work, by hand
+            with pytest.raises(ConfigError) as err:  # refused before Spark is asked for anything
+                execute_batch(None, work, backend="spark-submit")
+            assert err.value.field == field
+    assert ws.written_partials() == {} and not ws.has_partial(0)
 
 
 def test_a_claim_of_a_templated_landing_path_names_files_of_its_rendered_path(tmp_path):
-    from airflow_iqp.spark.batch_job import _check_manifest
+    from airflow_iqp.spark.batch import _check_work
 
     landing = tmp_path / "landing"
     query = decompose("SELECT k, count(*) AS n FROM t GROUP BY k", id="tq", streams=["t"])
     saved = Saved(query, (Stream(name="t", path=str(landing) + "/{{ data_interval_start | ts_nodash }}",
                                  format="csv"),))
-    _check_manifest({"units": ["000001.csv"], "files": [str(landing / "20260101T000000" / "000001.csv")]}, saved)
+    _check_work({"units": ["000001.csv"], "files": [str(landing / "20260101T000000" / "000001.csv")]}, saved)
     for files in ([str(landing / "../secret.csv")], ["/etc/passwd"]):
         with pytest.raises(ConfigError):
-            _check_manifest({"units": ["000001.csv"], "files": files}, saved)
+            _check_work({"units": ["000001.csv"], "files": files}, saved)
 
 
 # ----------------------------------------------------------------------------- secrets
@@ -307,7 +311,7 @@ def test_no_connection_secret_reaches_the_logs_or_the_state_directory(tmp_path, 
                            final_agg_hint={"kind": "linear", "base": 25, "per_batch": 0.5}),
         ).execute(context(TI("plan"), end=START + dt.timedelta(minutes=4)))
         batch = Batch.from_dict(entries[0])
-        claim_units(batch.window_state(), batch.index, ["000001"], [str(tmp_path / "landing/000001/orders.parquet")])
+        batch.window_state().claim(batch.index, ["000001"], [str(tmp_path / "landing/000001/orders.parquet")])
         hook = IQPSparkHook("spark_connect_default")
         url = client_url(hook.connect_url())
         assert url.startswith("sc://localhost:15002/;token=")  # the hook would connect with it

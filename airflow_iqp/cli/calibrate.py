@@ -31,7 +31,7 @@ def add_parser(subparsers):
     p.add_argument("--url", help="Spark Connect URL, sc://host:port (connect backend)")
     p.add_argument("--port", type=int, help="local Spark Connect server port (default 15002)")
     p.add_argument("--master", default="local[*]", help="Spark master for spark-submit (default local[*])")
-    p.add_argument("--plot", help="PNG path (default STATE/calibration/<query>-<backend>.png)")
+    p.add_argument("--plot", help="PNG path (default calibration-<query>-<backend>.png here)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 
@@ -51,6 +51,7 @@ def run(args) -> int:
     from airflow_iqp import config
     from airflow_iqp.spark import connect
     from airflow_iqp.spark.calibrate import calibrate, plot_calibration
+    from airflow_iqp.store import open_store
 
     state_dir = args.state_dir or config.state_dir()
     say = None if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
@@ -75,7 +76,7 @@ def run(args) -> int:
     finally:
         if started is not None and not started["already"]:
             connect.stop_server(started["port"])
-    plot = Path(args.plot) if args.plot else Path(state_dir) / "calibration" / f"{report['query']}-{report['backend']}.png"
+    plot = Path(args.plot) if args.plot else Path(f"calibration-{report['query']}-{report['backend']}.png")
     report["plot"] = str(plot_calibration(report, plot))
     report["server_startup_seconds"] = started["startup_seconds"] if started else None
     if args.json:
@@ -85,5 +86,5 @@ def run(args) -> int:
     print("batch cost (units -> seconds): " + ", ".join(f"{x:g} -> {y:.2f}" for x, y in report["cost"]["points"]))
     print("final aggregation (partials -> seconds): "
           + ", ".join(f"{x:g} -> {y:.2f}" for x, y in report["final_agg"]["points"]))
-    print(f"stored in {Path(state_dir) / 'cost_history.jsonl'}; plot {report['plot']}")
+    print(f"stored in {open_store(state_dir).cost_history_location}; plot {report['plot']}")
     return 0

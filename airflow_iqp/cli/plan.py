@@ -2,7 +2,7 @@
 plan one window.
 
 ``--window`` plans a DAG's window again from the spec its plan task stored in the window's
-``plan.json`` (the models, arrivals, margin, dispatch and merge it planned with), through
+plan (the models, arrivals, margin, dispatch and merge it planned with), through
 the same :meth:`~airflow_iqp.planning.spec.PlanSpec.plan`: the same batches, on the clock.
 """
 
@@ -27,7 +27,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--spec", type=Path, help="plan spec (JSON)")
     what.add_argument("--window", type=Path, metavar="STATE/QUERY/WINDOW",
-                      help="a window's state directory: plan it again from its plan.json")
+                      help="a window's state directory: plan it again from its stored plan")
     p.add_argument("--method", choices=METHODS, help="override the spec's method")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.add_argument("--gantt", type=Path, metavar="OUT.png", help="draw the plan as a Gantt chart")
@@ -39,9 +39,14 @@ def window_spec(window: Path) -> tuple[dict, float, str]:
     line saying which window and where its costs came from."""
     from airflow_iqp.window.config import clock
 
-    doc = json.loads(read_input(window / "plan.json", "--window"))
+    from airflow_iqp.store import window_at
+
+    doc = window_at(window).doc("plan")
+    if doc is None:
+        raise ConfigError(f"{window}: the window has no plan (is it a window's directory of the state store, "
+                          f"STATE/<query>/<window>?)", "--window")
     if not doc.get("spec"):
-        raise ConfigError(f"{window / 'plan.json'} holds no spec: its window was planned by an older version, "
+        raise ConfigError(f"{window}: its plan holds no spec: its window was planned by an older version, "
                           f"or with cost models that have no JSON form", "--window")
     start = doc["window_start"]
     head = (f"{doc['query']} window {doc['window_id']}: [{clock(start)}, {clock(doc['window_end'])}], "

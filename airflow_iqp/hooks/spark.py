@@ -26,7 +26,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowNotFoundException
 
 from airflow_iqp import config
 from airflow_iqp.errors import ConfigError, DataError, IQPError
-from airflow_iqp.spark.batch_job import JOB_ERROR_VAR
+from airflow_iqp.spark.entry import JOB_ERROR_VAR
 from airflow_iqp.spark.connect import CONNECT_MODE_VAR, client_url
 from airflow_iqp.spark.submit import build_pyfiles_zip, spark_submit_binary, submit_env, submit_spec
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.state import list_ready_units
+from airflow_iqp.landing import list_units
 
 
 def source_units(source: str | os.PathLike) -> list[Path]:
@@ -17,7 +17,7 @@ def source_units(source: str | os.PathLike) -> list[Path]:
     source = Path(source)
     if not source.is_dir():
         raise ConfigError(f"{source} is not a directory", field="from")
-    units = list_ready_units(source / "units" if (source / "units").is_dir() else source)
+    units = list_units(source / "units" if (source / "units").is_dir() else source)
     if not units:
         raise ConfigError(f"{source} holds no complete units (expected units/<i>/orders.parquet and lineitem.parquet)",
                           field="from")

@@ -8,16 +8,16 @@ import time
 
 from airflow.sdk.bases.notifier import BaseNotifier
 
-from airflow_iqp.state import atomic_write_json
 
 log = logging.getLogger(__name__)
 
 
 class DeadlineRiskNotifier(BaseNotifier):
-    """Warns that a plan cannot meet its deadline: logs it and writes ``deadline_risk.json``.
+    """Warns that a plan cannot meet its deadline: logs it and records it with the window.
 
     The plan operator calls it with the run's context plus ``iqp_plan`` (the window plan
-    as a dict) and ``iqp_record`` (where to write). Any other Airflow notifier (Slack,
+    as a dict) and ``iqp_window`` (the window's :class:`~airflow_iqp.store.WindowState`,
+    where the record goes). Any other Airflow notifier (Slack,
     SMTP, ...) can be passed to the operator instead, or wrapped alongside this one.
     """
 
@@ -27,5 +27,5 @@ class DeadlineRiskNotifier(BaseNotifier):
                   "reason": (plan.get("plan") or {}).get("reason"), "noted_at": time.time(),
                   "run_id": context.get("run_id")}
         log.warning("IQP deadline at risk: %s", json.dumps(record))
-        if context.get("iqp_record"):
-            atomic_write_json(context["iqp_record"], record)
+        if context.get("iqp_window") is not None:
+            context["iqp_window"].write_doc("deadline_risk", record)

@@ -17,8 +17,9 @@ from typing import Any, ClassVar
 from airflow_iqp import config
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.hooks.spark import IQPSparkHook, refuse_connect_conf
-from airflow_iqp.hooks.state import IQPStateHook
+from airflow_iqp.spark.batch import batch_work, work_args
 from airflow_iqp.spark.submit import job_path
+from airflow_iqp.store import WindowState
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import BACKENDS
 
@@ -42,11 +43,11 @@ class _Strategy:
         self.hook = IQPSparkHook(self.conn_id, conf=self.conf, **self.spark_kwargs)
         return self.hook
 
-    def run_batch(self, batch: Batch, state: IQPStateHook, *, slots: int, app_name: str) -> None:
+    def run_batch(self, batch: Batch, ws: WindowState, *, slots: int, app_name: str) -> None:
         raise NotImplementedError
 
-    def run_final(self, query: str, window_dir: str, *, tail: Batch | None, tail_slots: int,
-                  late: int | None, app_name: str) -> None:
+    def run_final(self, ws: WindowState, *, tail: Batch | None, tail_slots: int, late: int | None,
+                  app_name: str) -> None:
         raise NotImplementedError
 
     def on_kill(self) -> None:
@@ -61,16 +62,15 @@ class _SubmitStrategy(_Strategy):
     # A JVM and a Spark session start for every task.
     overhead_s = 60.0
 
-    def run_batch(self, batch: Batch, state: IQPStateHook, *, slots: int, app_name: str) -> None:
-        # A directory of <table>.parquet travels as an argument; a mapping of paths is in the saved query.
-        static = batch.static if isinstance(batch.static, str) else ""
-        self._hook().submit(job_path("batch"), [batch.query, state.claim_path(batch), static,
-                                                state.partial_path(batch), "--state-dir", state.state_dir],
-                            name=app_name)
+    def run_batch(self, batch: Batch, ws: WindowState, *, slots: int, app_name: str) -> None:
+        # A directory of <table>.parquet travels with the work; a mapping of paths is in the saved query.
+        static = batch.static if isinstance(batch.static, str) else None
+        work = batch_work(ws, batch.index, static)
+        self._hook().submit(job_path("batch"), [*work_args(ws, work), "--backend", self.name], name=app_name)
 
-    def run_final(self, query: str, window_dir: str, *, tail: Batch | None, tail_slots: int,
-                  late: int | None, app_name: str) -> None:
-        args = [query, window_dir]
+    def run_final(self, ws: WindowState, *, tail: Batch | None, tail_slots: int, late: int | None,
+                  app_name: str) -> None:
+        args = ["--store", ws.store.location, "--query", ws.query_id, "--window", ws.window_id, "--backend", self.name]
         if tail is not None:
             # The job waits for the last batch's input, claims it and takes its turn in its
             # driver, with the JVM already up (spark.tail.run_tail).
@@ -94,25 +94,26 @@ class _ConnectStrategy(_Strategy):
                               f"a running Spark Connect server", sorted(spark_kwargs)[0])
         super().__init__(conn_id or config.connect_conn_id(), None)
 
-    def run_batch(self, batch: Batch, state: IQPStateHook, *, slots: int, app_name: str) -> None:
+    def run_batch(self, batch: Batch, ws: WindowState, *, slots: int, app_name: str) -> None:
         from airflow_iqp.coordination import cluster_turn
-        from airflow_iqp.spark.batch_job import execute_planned_batch
+        from airflow_iqp.spark.batch import execute_batch
 
+        work = batch_work(ws, batch.index, batch.static or None)
         with self._hook().session(app_name) as spark, cluster_turn(batch, slots):
-            execute_planned_batch(spark, batch)
+            execute_batch(spark, work, backend=self.name)
 
-    def run_final(self, query: str, window_dir: str, *, tail: Batch | None, tail_slots: int,
-                  late: int | None, app_name: str) -> None:
-        from airflow_iqp.spark.final_job import execute_final, execute_late
+    def run_final(self, ws: WindowState, *, tail: Batch | None, tail_slots: int, late: int | None,
+                  app_name: str) -> None:
+        from airflow_iqp.spark.merge import execute_final, execute_late
         from airflow_iqp.spark.tail import run_tail
 
         with self._hook().session(app_name) as spark:
             if late is not None:
-                execute_late(spark, query, window_dir, late)
+                execute_late(spark, ws, late, backend=self.name)
             elif tail is not None:
-                run_tail(spark, query, window_dir, tail, tail_slots)
+                run_tail(spark, ws, tail, tail_slots, backend=self.name)
             else:
-                execute_final(spark, query, window_dir)
+                execute_final(spark, ws, backend=self.name)
 
 
 _STRATEGIES = {s.name: s for s in (_SubmitStrategy, _ConnectStrategy)}

@@ -14,8 +14,8 @@ from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.filecheck import bad_files_message, kept_units, still_bad
 from airflow_iqp.hooks.state import IQPStateHook
 from airflow_iqp.operators._backends import OnBackend, strategy
-from airflow_iqp.query.store import schema_dir
-from airflow_iqp.state import batch_name
+from airflow_iqp.store import batch_name
+from airflow_iqp.window.accounting import record_attempt, record_task_cpu
 from airflow_iqp.window.batch import Batch
 
 #: A batch's execution_timeout is never shorter: on a cluster shared by several queries a
@@ -87,7 +87,8 @@ class BatchOperator(OnBackend, BaseOperator):
     def execute(self, context) -> dict:
         batch = self._entry()
         state = IQPStateHook(batch.state_dir)
-        claim = state.claim(batch)
+        ws = state.window_of(batch)
+        claim = ws.claim_of(batch.index)
         if not claim or not claim.get("units"):
             raise AirflowSkipException(f"{batch.label}: no claimed input")
         if claim.get("quarantined"):
@@ -95,9 +96,8 @@ class BatchOperator(OnBackend, BaseOperator):
         if not kept_units(claim):
             raise AirflowSkipException(f"{batch.label}: every claimed unit was quarantined")
         ti = context["ti"]
-        ws = state.window_of(batch)
-        state.record_attempt(ws, batch_name(batch.index), ti)
-        bad = still_bad(claim, batch.stream_list(), schema_dir(batch.state_dir, batch.query))
+        record_attempt(ws, batch_name(batch.index), ti)
+        bad = still_bad(claim, batch.stream_list(), state.store.query(batch.query))
         if bad:  # on_bad_unit="fail": before any Spark job, every bad file on the first line
             raise DataError(f"{batch.label}: {bad_files_message(bad)}")
         remaining = batch.remaining_cost + self._strategy.overhead_s
@@ -105,11 +105,11 @@ class BatchOperator(OnBackend, BaseOperator):
             self.log.warning("%s: attempt %d can no longer meet the deadline (%s); it runs all the same, and "
                              "the result will be marked late", batch.label, ti.try_number,
                              f"{dt.datetime.fromtimestamp(batch.deadline_ts, dt.timezone.utc):%H:%M:%S}")
-        self._strategy.run_batch(batch, state, slots=self.slots, app_name=f"iqp-batch-{batch.query}-{batch.index}")
-        metrics = state.metrics(ws, batch.index)
+        self._strategy.run_batch(batch, ws, slots=self.slots, app_name=f"iqp-batch-{batch.query}-{batch.index}")
+        metrics = ws.metrics(batch.index)
         self.log.info("%s: %d units in %.1f s wall, %.1f s CPU (%s)", batch.label, metrics["units"],
                       metrics["wall_seconds"], metrics["cpu_seconds"] or 0.0, metrics.get("backend"))
         started = getattr(context["ti"], "start_date", None)
-        cpu = state.record_task_cpu(ws, context["ti"])
+        cpu = record_task_cpu(ws, context["ti"])
         return {"index": batch.index, "started": started.timestamp() if started else None, "ended": time.time(),
                 **metrics, "task_cpu_seconds": cpu["self_cpu_seconds"] + cpu["children_cpu_seconds"]}

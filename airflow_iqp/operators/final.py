@@ -13,7 +13,8 @@ from airflow_iqp import config
 from airflow_iqp.filecheck import bad_files_message
 from airflow_iqp.hooks.state import IQPStateHook
 from airflow_iqp.operators._backends import OnBackend, strategy
-from airflow_iqp.state import WindowState, batch_name
+from airflow_iqp.store import WindowState, batch_name
+from airflow_iqp.window import accounting
 from airflow_iqp.window.batch import Batch, batches_from
 from airflow_iqp.window.replan import effective
 
@@ -82,12 +83,12 @@ class FinalOperator(OnBackend, BaseOperator):
         late = Batch.from_dict(self.late) if self.late else None
         tail = Batch.from_dict(self.tail) if self.tail else None
         kind = "late" if late else "final"
-        state.record_attempt(ws, kind, context["ti"])
-        self._strategy.run_final(self.query, str(ws.root), tail=tail, tail_slots=self.tail_slots,
-                                 late=late.index if late else None, app_name=f"iqp-{kind}-{self.query}")
+        accounting.record_attempt(ws, kind, context["ti"])
+        self._strategy.run_final(ws, tail=tail, tail_slots=self.tail_slots, late=late.index if late else None,
+                                 app_name=f"iqp-{kind}-{self.query}")
         if late:
             return self._after_late(context, late)
-        return self._after_final(context, state, ws)
+        return self._after_final(context, ws)
 
 
     def _window(self, context, state: IQPStateHook) -> WindowState:
@@ -106,18 +107,17 @@ class FinalOperator(OnBackend, BaseOperator):
     def _after_late(self, context, entry: Batch) -> dict:
         """After a late merge: the earlier window's manifest and report say what the new
         revision covers; its first revision's time, which its deadline was about, stays."""
-        state = IQPStateHook(entry.state_dir)
-        ws = state.window_of(entry)
-        manifest = state.result_manifest(ws)
-        late = state.late_units(entry, entry.window_start_ts)
+        ws = IQPStateHook(entry.state_dir).window_of(entry)
+        manifest = ws.manifest()
+        late = accounting.late_units(entry, entry.window_start_ts)
         manifest["partial"] = bool(late["units"] or manifest.get("quarantined"))
         manifest["late_units"] = late["units"]
-        state.write_result_manifest(ws, manifest)
-        state.write_late(ws, late)
-        report = state.report(ws)
+        ws.write_manifest(manifest)
+        ws.write_doc("late", late)
+        report = ws.doc("report") or {}
         report.update({"revision": manifest["revision"], "revisions": manifest["revisions"],
                        "partial": manifest["partial"], "late_units": late["units"]})
-        state.write_report(ws, report)
+        ws.write_doc("report", report)
         context["outlet_events"][result_asset(self.query)].extra = {
             "window": ws.window_id, "result": manifest["result"], "partial": manifest["partial"],
             "revision": manifest["revision"]}
@@ -125,33 +125,33 @@ class FinalOperator(OnBackend, BaseOperator):
                       manifest["result"])
         return report
 
-    def _after_final(self, context, state: IQPStateHook, ws: WindowState) -> dict:
+    def _after_final(self, context, ws: WindowState) -> dict:
         start = context["data_interval_start"].timestamp()
         batches = self._batches()
         task_end = time.time()
-        manifest = state.result_manifest(ws)
+        manifest = ws.manifest()
         # The result is complete when its manifest is written (a fused tail writes its last
         # batch's partial after that): that is the time the deadline is about.
         finished = manifest.get("written_at") or task_end
-        late = state.late_units(batches[0], start) if batches else {"units": [], "files": [], "arrival_times": []}
+        late = accounting.late_units(batches[0], start) if batches else {"units": [], "files": [], "arrival_times": []}
         if batches:
-            state.record_arrivals(batches[0], start)
+            accounting.record_arrivals(batches[0], start)
         # A backfilled window's deadline passed long ago; there is none to meet.
         deadline = batches[0].deadline_ts if batches and not batches[0].backfill else None
         manifest["partial"] = bool(late["units"] or manifest.get("quarantined"))
         manifest["late_units"] = late["units"]
         # A batch retried past the deadline still ran: the result is written, marked late.
         manifest["late"] = deadline is not None and finished > deadline
-        state.write_result_manifest(ws, manifest)
+        ws.write_manifest(manifest)
         if late["units"]:
-            path = state.write_late(ws, late)
+            path = ws.write_doc("late", late)
             self.log.warning("%d units arrived after the last claim: recorded in %s; the result is partial",
                              len(late["units"]), path)
         if manifest.get("quarantined"):
             self.log.warning("the result is partial: %s", bad_files_message(manifest["quarantined"], "quarantined"))
-        state.record_task_cpu(ws, context["ti"])
-        report = {**self._report(state, ws, batches, finished, deadline, manifest), "task_end_ts": task_end}
-        state.write_report(ws, report)
+        accounting.record_task_cpu(ws, context["ti"])
+        report = {**self._report(ws, batches, finished, deadline, manifest), "task_end_ts": task_end}
+        ws.write_doc("report", report)
         context["outlet_events"][result_asset(self.query)].extra = {
             "window": ws.window_id, "result": manifest["result"], "partial": manifest["partial"],
             "late": manifest["late"]}
@@ -159,17 +159,17 @@ class FinalOperator(OnBackend, BaseOperator):
                       finished, "met" if report["deadline_met"] else "MISSED")
         return report
 
-    def _report(self, state: IQPStateHook, ws: WindowState, batches: list[Batch], finished: float,
-                deadline: float | None, manifest: dict) -> dict:
-        claims = state.claims(ws)
-        tries = state.attempts(ws)
+    def _report(self, ws: WindowState, batches: list[Batch], finished: float, deadline: float | None,
+                manifest: dict) -> dict:
+        claims = ws.claims()
+        tries = accounting.attempts(ws)
         rows = []
         for first in batches:
             # As the window's newest re-plan has it (a claim plans the rest again with newer
             # costs, or as units arrive); what the window's plan had first beside it.
             b = effective(first)
             claim = claims.get(b.index, {})
-            metrics = state.metrics(ws, b.index)
+            metrics = ws.metrics(b.index)
             rows.append({"index": b.index, "planned_units": b.units, "planned_cumulative": b.cumulative,
                          "ready_ts": b.ready_ts, "latest_start_ts": b.latest_start_ts,
                          "planned_cost": b.cost, "first_planned_cost": first.cost,
@@ -184,7 +184,7 @@ class FinalOperator(OnBackend, BaseOperator):
                 "deadline_met": deadline is None or finished <= deadline, "batches": rows,
                 "final_wall_seconds": manifest.get("wall_seconds"), "final_cpu_seconds": manifest.get("cpu_seconds"),
                 "final_end_to_end_seconds": manifest.get("end_to_end_seconds"),
-                "backend": manifest.get("backend"), "task_cpu": state.window_task_cpu(ws),
+                "backend": manifest.get("backend"), "task_cpu": accounting.window_task_cpu(ws),
                 "final_attempts": len(tries.get("final", [])),
                 "retried": sorted(name for name, t in tries.items() if len(t) > 1),
                 "result": manifest["result"], "partial": manifest["partial"], "late": manifest["late"],

@@ -18,7 +18,8 @@ from airflow_iqp.hooks.state import IQPStateHook
 from airflow_iqp.query.store import Saved
 from airflow_iqp.window.config import QueryConfig, clock
 from airflow_iqp.window.costs import streams_of
-from airflow_iqp.window.plan import format_window_plan, plan_window
+from airflow_iqp.window.accounting import late_entry, record_task_cpu
+from airflow_iqp.window.plan import format_window_plan, plan_window, store_plan
 from airflow_iqp.window.readiness import split_tail
 
 
@@ -40,13 +41,13 @@ class BatchPlanOperator(BaseOperator):
     says how the window is cut. If the window's input is already complete (a backfill) it
     plans one batch.
 
-    It logs the plan as a table, stores it as ``STATE/<query>/<window>/plan.json`` and as
+    It logs the plan as a table, stores it as the window's plan in the state store and as
     the XCom ``plan``, and returns one entry per batch for mapping. With the backend's
     ``fuse_tail`` the last batch is not mapped: it goes to the XCom ``tail``, for the final
     task to run, which starts the backend's ``lead`` seconds before the window's end; so
     do the batches ready after that (:func:`~airflow_iqp.window.readiness.split_tail`). If
     the deadline cannot be met it warns through ``on_deadline_risk`` (default
-    :class:`DeadlineRiskNotifier`: a log line and ``deadline_risk.json``) and returns the
+    :class:`DeadlineRiskNotifier`: a log line and a record with the window) and returns the
     best-effort plan, the one that finishes earliest.
     """
 
@@ -104,16 +105,17 @@ class BatchPlanOperator(BaseOperator):
             cfg = replace(cfg, streams=tuple(s.to_dict() for s in bound))
         wp = plan_window(cfg, start.timestamp(), end.timestamp(), (end + self._offset(context)).timestamp())
         self.log.info("plan\n%s", format_window_plan(wp))
-        path = state.store_plan(wp)
+        path = store_plan(wp)
         context["ti"].xcom_push(key="plan", value=wp.to_dict())
         # The window before this one: its late batch, merged by this run (late="merge").
         # (An empty dict, not None, when there is none: an XComArg must resolve to a value.)
-        context["ti"].xcom_push(key="late", value=_json(state.late_entry(cfg, start.timestamp(), end.timestamp())))
+        context["ti"].xcom_push(key="late", value=_json(late_entry(cfg, start.timestamp(), end.timestamp())))
+        ws = state.window(cfg.query, start.timestamp())
         if not wp.plan.feasible and not wp.backfill:
             context["iqp_plan"] = wp.to_dict()
-            context["iqp_record"] = str(path.parent / "deadline_risk.json")
+            context["iqp_window"] = ws
             self.on_deadline_risk(context)
-        state.record_task_cpu(state.window(cfg.query, start.timestamp()), context["ti"])
+        record_task_cpu(ws, context["ti"])
         self.log.info("plan stored in %s: %d batches", path, len(wp.batches))
         if not self.fuse_tail:
             return [b.to_dict() for b in wp.batches]

@@ -1,4 +1,4 @@
-"""A query and its inputs in the state directory: ``STATE/<query>/query.json``.
+"""A query and its inputs in the state store.
 
 The plan step (and ``run-window``) saves what the DAG declared: the split query, its
 streams' formats and schemas, and where its static tables are. The Spark jobs load it
@@ -8,16 +8,12 @@ the driver. A query id with no saved file is looked up in the catalogue.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.query.model import Query, check_query_id
 from airflow_iqp.streams import TPCH, Stream
-
-QUERY_FILE = "query.json"
 
 
 @dataclass(frozen=True)
@@ -36,31 +32,24 @@ class Saved:
         raise ConfigError(f"query {self.query.id} reads stream {name}, which is not declared", field="streams")
 
 
-def query_file(state_dir: str | os.PathLike, qid: str) -> Path:
-    return Path(state_dir) / check_query_id(qid).lower() / QUERY_FILE
-
-
-def schema_dir(state_dir: str | os.PathLike, qid: str) -> Path:
-    """``STATE/<query>/schema/``: each stream's columns as taken from its first unit."""
-    return Path(state_dir) / check_query_id(qid).lower() / "schema"
-
-
-def save_query(state_dir: str | os.PathLike, saved: Saved) -> Path:
-    from airflow_iqp.state import atomic_write_json
+def save_query(store, saved: Saved) -> str:
+    """Save ``saved`` in ``store`` (a :class:`~airflow_iqp.store.StateStore` or its location);
+    where it is."""
+    from airflow_iqp.store import open_store
 
     doc = {"query": saved.query.to_dict(), "streams": [s.to_dict() for s in saved.streams],
            "static": dict(saved.static) if isinstance(saved.static, Mapping) else saved.static}
-    return atomic_write_json(query_file(state_dir, saved.query.id), doc)
+    return open_store(store).query(saved.query.id).save(doc)
 
 
-def load_query(qid: str, state_dir: str | os.PathLike | None = None) -> Saved:
-    """The query saved for ``qid`` in ``state_dir``, else the catalogued one on the TPC-H layout."""
-    if state_dir is not None:
-        path = query_file(state_dir, qid)
-        if path.is_file():
-            from airflow_iqp.state import read_json
+def load_query(qid: str, store=None) -> Saved:
+    """The query saved for ``qid`` in ``store`` (a store or its location), else the catalogued
+    one on the TPC-H layout."""
+    if store is not None:
+        from airflow_iqp.store import open_store
 
-            doc = read_json(path)
+        doc = open_store(store).query(check_query_id(qid)).saved()
+        if doc is not None:
             return Saved(Query.from_dict(doc["query"]), tuple(Stream.from_dict(s) for s in doc["streams"]),
                          doc.get("static"))
     from airflow_iqp.query.catalogue import get_query

@@ -120,7 +120,7 @@ class BatchReadySensor(BaseSensorOperator):
         if not self.deferrable:
             super().execute(context)
             return self._claim(batch, "poke", context)
-        record_task_cpu(batch.window_state().root, context["ti"], "defer")
+        record_task_cpu(batch.window_state(), context["ti"], "defer")
         self.defer(trigger=BatchReadyTrigger(batch.to_dict(), self.poll_interval or config.poll_interval(), self.claim),
                    method_name="execute_complete", timeout=self.defer_timeout(batch))
 
@@ -138,11 +138,11 @@ class BatchReadySensor(BaseSensorOperator):
 
     def _claim(self, batch: Batch, reason: str, context) -> dict:
         if not self.claim:
-            record_task_cpu(batch.window_state().root, context["ti"], "fire")
+            record_task_cpu(batch.window_state(), context["ti"], "fire")
             self.log.info("%s: fired on %s; its task claims when the input is ready", batch.label, reason)
             return {"reason": reason}
         manifest = claim_batch(batch)  # the trigger's claim, re-read; or claimed now
-        record_task_cpu(batch.window_state().root, context["ti"], "claim")
+        record_task_cpu(batch.window_state(), context["ti"], "claim")
         # The UI names the batch as the newest re-plan has it (its units, or why it was dropped).
         batch = effective(batch)
         self.batch = {**self.batch, "label": batch.label}

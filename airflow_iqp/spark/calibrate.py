@@ -13,7 +13,7 @@ the backend, then merges the first k partials for a few k. It fits
 Seconds are end to end, as the orchestrator sees them: for ``spark-submit`` the whole
 spark-submit process (JVM start-up included), for ``spark-connect`` the call on an open
 session to a warm server (one unrecorded warm-up batch runs first). The measurements go
-to ``STATE/cost_history.jsonl`` as ``batch`` / ``final`` records with
+to the store's cost history as ``batch`` / ``final`` records with
 ``source: "calibrate"``, and the fit as a ``fit`` record, which the plan operator prefers.
 
 :func:`warm_up` runs queries on a fresh Connect server until its JVM is warm, as a server
@@ -32,9 +32,9 @@ from typing import Callable, Sequence
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.planning.models import PiecewiseLinearFinalAgg, fit_piecewise_linear
 from airflow_iqp.query.catalogue import get_query
-from airflow_iqp.state import (
-    WindowState, append_cost_fit, append_cost_history, claim_units, list_ready_units, make_dirs, read_json, unit_files,
-)
+from airflow_iqp.landing import list_units
+from airflow_iqp.store import WindowState, open_store
+from airflow_iqp.streams import TPCH, files_of
 
 BACKEND_NAMES = {"submit": "spark-submit", "connect": "spark-connect",
                  "spark-submit": "spark-submit", "spark-connect": "spark-connect"}
@@ -81,17 +81,21 @@ class _SubmitRunner:
         self.server_pid = None
 
     def batch(self, query, ws, b, static) -> tuple[float, float | None]:
+        from airflow_iqp.spark.batch import batch_work, work_args
         from airflow_iqp.spark.submit import job_path, submit_args
 
-        argv = submit_args(job_path("batch"), [query, ws.claim_path(b), str(static or ""), ws.partial_path(b),
-                                               "--no-history"], master=self.master, conf=self.conf,
+        args = [*work_args(ws, batch_work(ws, b, str(static) if static else None)), "--backend", self.name,
+                "--no-history"]
+        argv = submit_args(job_path("batch"), args, master=self.master, conf=self.conf,
                            name=f"iqp-calibrate-{query}-b{b}")
         return self._run(argv, f"batch {b}")
 
     def final(self, query, ws) -> tuple[float, float | None]:
         from airflow_iqp.spark.submit import job_path, submit_args
 
-        argv = submit_args(job_path("final"), [query, ws.root, "--no-history"], master=self.master, conf=self.conf,
+        args = ["--store", ws.store.location, "--query", query, "--window", ws.window_id, "--backend", self.name,
+                "--no-history"]
+        argv = submit_args(job_path("final"), args, master=self.master, conf=self.conf,
                            name=f"iqp-calibrate-{query}-final")
         return self._run(argv, "final")
 
@@ -128,28 +132,27 @@ class _ConnectRunner:
         return wall, (c1 - c0) if self.server_pid else None
 
     def batch(self, query, ws, b, static):
-        from airflow_iqp.spark.batch_job import execute_batch
+        from airflow_iqp.spark.batch import batch_work, execute_batch
 
-        return self._measure(lambda: execute_batch(self.spark, query, ws.claim_path(b), str(static) if static else None,
-                                                   ws.partial_path(b), history=False))
+        work = batch_work(ws, b, str(static) if static else None)
+        return self._measure(lambda: execute_batch(self.spark, work, backend=self.name, history=False))
 
     def final(self, query, ws):
-        from airflow_iqp.spark.final_job import execute_final
+        from airflow_iqp.spark.merge import execute_final
 
-        return self._measure(lambda: execute_final(self.spark, query, ws.root, history=False))
+        return self._measure(lambda: execute_final(self.spark, ws, backend=self.name, history=False))
 
     def close(self):
         self.spark.stop()
 
 
 def _copy_window(src: WindowState, dst: WindowState, batches: Sequence[int]) -> None:
-    """``dst`` holds the claims and partials of ``src``'s ``batches`` (for a merge of those partials)."""
-    shutil.rmtree(dst.root, ignore_errors=True)
-    make_dirs(dst.claims_dir)
-    make_dirs(dst.partials_dir)
+    """``dst`` (a new window) holds the claims and partials of ``src``'s ``batches`` (for a
+    merge of those partials)."""
     for b in batches:
-        shutil.copy2(src.claim_path(b), dst.claim_path(b))
-        shutil.copytree(src.partial_path(b), dst.partial_path(b))
+        claim = src.claim_of(b)
+        dst.claim(b, claim["units"], claim["files"])
+        shutil.copytree(src.partial_uri(b), dst.partial_uri(b))
 
 
 def calibrate(query_id: str, data: str | os.PathLike, *, backend: str = "submit", state_dir: str | os.PathLike,
@@ -173,7 +176,7 @@ def calibrate(query_id: str, data: str | os.PathLike, *, backend: str = "submit"
     landing, static = resolve_data(data)
     if query.static and static is None:
         raise ConfigError(f"query {query.id} needs static tables {', '.join(query.static)}", field="data")
-    units = list_ready_units(landing)
+    units = list_units(landing, TPCH)
     sizes = list(sizes) if sizes else default_sizes(len(units))
     if len(set(sizes)) < 2 or any(int(s) != s or s < 1 for s in sizes):
         raise ConfigError(f"need two or more distinct batch sizes >= 1, got {sizes}", field="sizes")
@@ -189,7 +192,9 @@ def calibrate(query_id: str, data: str | os.PathLike, *, backend: str = "submit"
         raise ConfigError("the connect backend needs the server's sc:// URL", field="url")
     say = log or (lambda m: None)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix=f"iqp-calibrate-{query.id}-"))
-    ws = WindowState(work, query.id, "calibrate")
+    store = open_store(work)
+    ws = store.window(query.id, "calibrate")
+    tpch = {s.name: s for s in TPCH}
     runner = _SubmitRunner(master, conf) if backend == "spark-submit" else _ConnectRunner(url, server_pid)
     batches, finals = [], []
     try:
@@ -199,28 +204,27 @@ def calibrate(query_id: str, data: str | os.PathLike, *, backend: str = "submit"
         placed, start, at = [], 0, None
         for b, size in enumerate(sizes):
             if at is None or start + size > len(units):
-                at = ws if at is None else WindowState(work, query.id, f"calibrate-{b}")
-                shutil.rmtree(at.root, ignore_errors=True)
+                at = ws if at is None else store.window(query.id, f"calibrate-{b}")
                 start = 0
             chunk = units[start:start + size]
             start += size
-            claim_units(at, b, [u.name for u in chunk], unit_files(chunk, query.streams))
+            at.claim(b, [u.name for u in chunk], files_of(chunk, [tpch[s] for s in query.streams]))
             placed.append(at)
         if backend == "spark-connect":
             runner.batch(query.id, ws, 0, static)  # warm-up: JIT, caches; not recorded
         for _ in range(repeat):
             for b, size in enumerate(sizes):
                 wall, cpu = runner.batch(query.id, placed[b], b, static)
-                job = read_json(placed[b].metrics_path(b))
+                job = placed[b].metrics(b)
                 batches.append({"units": size, "wall_seconds": wall, "cpu_seconds": cpu,
                                 "step_wall_seconds": job["wall_seconds"], "task_seconds": job.get("task_seconds")})
                 say(f"batch of {size:>4} units: {wall:6.2f} s" + (f", {cpu:6.2f} CPU s" if cpu is not None else ""))
         if backend == "spark-connect":  # warm-up of the merge, not recorded
-            _copy_window(ws, WindowState(work, query.id, "calibrate-warmup"), [0])
-            runner.final(query.id, WindowState(work, query.id, "calibrate-warmup"))
-        for _ in range(repeat):
+            _copy_window(ws, store.window(query.id, "calibrate-warmup"), [0])
+            runner.final(query.id, store.window(query.id, "calibrate-warmup"))
+        for r in range(repeat):
             for k in final_counts:
-                wk = WindowState(work, query.id, f"calibrate-final-{k}")
+                wk = store.window(query.id, f"calibrate-final-{k}-{r}")
                 _copy_window(ws, wk, range(k))
                 wall, cpu = runner.final(query.id, wk)
                 finals.append({"batches": k, "units": sum(sizes[:k]), "wall_seconds": wall, "cpu_seconds": cpu})
@@ -231,16 +235,17 @@ def calibrate(query_id: str, data: str | os.PathLike, *, backend: str = "submit"
     agg = PiecewiseLinearFinalAgg(fit_piecewise_linear([(r["batches"], r["wall_seconds"]) for r in finals],
                                                        max_pieces=3).points, merge_single=True)
     now = time.time()
+    history = open_store(state_dir)
     for r in batches:
-        append_cost_history(state_dir, query=query.id, kind="batch", units=r["units"], batches=1,
-                            wall_seconds=r["wall_seconds"], cpu_seconds=r["cpu_seconds"],
-                            task_seconds=r["task_seconds"], backend=backend, source="calibrate", recorded_at=now)
+        history.record_cost(query=query.id, kind="batch", units=r["units"], batches=1, wall_seconds=r["wall_seconds"],
+                            cpu_seconds=r["cpu_seconds"], task_seconds=r["task_seconds"], backend=backend,
+                            source="calibrate", recorded_at=now)
     for r in finals:
-        append_cost_history(state_dir, query=query.id, kind="final", units=r["units"], batches=r["batches"],
+        history.record_cost(query=query.id, kind="final", units=r["units"], batches=r["batches"],
                             wall_seconds=r["wall_seconds"], cpu_seconds=r["cpu_seconds"], backend=backend,
                             source="calibrate", recorded_at=now)
-    record = append_cost_fit(state_dir, query=query.id, backend=backend, cost=cost.to_dict(), final_agg=agg.to_dict(),
-                             overhead_seconds=cost.overhead, data=str(data), recorded_at=now)
+    record = history.record_fit(query=query.id, backend=backend, cost=cost.to_dict(), final_agg=agg.to_dict(),
+                                overhead_seconds=cost.overhead, data=str(data), recorded_at=now)
     if not work_dir:
         shutil.rmtree(work, ignore_errors=True)
     return {"query": query.id, "backend": backend, "batches": batches, "finals": finals, "cost": cost.to_dict(),
@@ -264,7 +269,7 @@ def warm_up(url: str, query_ids: Sequence[str], data: str | os.PathLike, *, roun
     if int(rounds) != rounds or rounds < 1:
         raise ConfigError(f"must be a whole number >= 1, got {rounds!r}", field="rounds")
     landing, static = resolve_data(data)
-    units = list_ready_units(landing)
+    units = list_units(landing, TPCH)
     if not units:
         raise DataError(f"{landing}: no units to warm the server with")
     queries = [get_query(q) for q in query_ids]
@@ -275,8 +280,9 @@ def warm_up(url: str, query_ids: Sequence[str], data: str | os.PathLike, *, roun
     try:
         for r in range(int(rounds)):
             for query in queries:
-                ws = WindowState(work, query.id, f"warm-up-{r}")
-                claim_units(ws, 0, [u.name for u in units], unit_files(units, query.streams))
+                ws = open_store(work).window(query.id, f"warm-up-{r}")
+                tpch = {s.name: s for s in TPCH}
+                ws.claim(0, [u.name for u in units], files_of(units, [tpch[s] for s in query.streams]))
                 w1, c1 = runner.batch(query.id, ws, 0, static)
                 w2, c2 = runner.final(query.id, ws)
                 wall += w1 + w2

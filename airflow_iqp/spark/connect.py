@@ -206,7 +206,7 @@ def start_server(port: int = DEFAULT_PORT, *, base: str | os.PathLike | None = N
     when the port is taken by something else or the server dies, quoting its log.
     """
     from airflow_iqp.paths import make_dirs
-    from airflow_iqp.state import atomic_write_json
+    from airflow_iqp.store.files import atomic_write_json
 
     token = token if token is not None else os.environ.get(TOKEN_ENV) or None
     _check_binding(host, token, conf or {})

@@ -1,6 +1,6 @@
-"""Measure a job step: wall seconds, process CPU seconds, Spark task seconds; and what a
-batch or a merge cost its window from claim to written output (:func:`batch_span`,
-:func:`merge_span`), the seconds the cost history plans with.
+"""Measure a job step: wall seconds, process CPU seconds, Spark task seconds. (What a batch or
+a merge cost its window from claim to written output, the seconds the cost history plans
+with, is :func:`airflow_iqp.window.accounting.batch_span` and ``merge_span``.)
 
 * ``cpu_seconds``: user + system CPU of the Python driver, the Spark JVM and the JVM's
   child processes (Python workers), read with psutil at the start and end of the step.
@@ -14,12 +14,7 @@ batch or a merge cost its window from claim to written output (:func:`batch_span
 
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
-
-from airflow_iqp.errors import ConfigError
-from airflow_iqp.state import WindowState, batch_name, read_claims, read_json
 
 
 def _jvm_processes():
@@ -84,57 +79,3 @@ class StepMeter:
             t1 = spark_task_seconds(self.spark)
             self.task_seconds = None if t1 is None else t1 - self._task0
         return False
-
-
-def backend_name(spark) -> str:
-    """``spark-submit`` under spark-submit, ``spark-connect`` for a Connect session, else ``pyspark``."""
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
-        return "spark-connect"
-    return "spark-submit" if os.environ.get("SPARK_ENV_LOADED") or os.environ.get("IQP_UNDER_SPARK_SUBMIT") else "pyspark"
-
-
-def batch_span(manifest_path: str | Path, written_at: float | None) -> float | None:
-    """Seconds from a batch's claim to its written partial: what the batch cost its window
-    (the task's start, the JVM or session, the Spark work), as the cost history records it.
-
-    None when that is not one batch's cost: its claim has no time, or the batch did not run
-    once in a task of its own (``attempts``, recorded by the batch task before its work: a
-    retry's span holds the failed attempt and the wait; a fused tail's batches run in a
-    session that was open before their claim; a claim outside Airflow has none)."""
-    try:
-        ws = WindowState.from_claim_path(manifest_path)
-    except ConfigError:
-        return None
-    manifest = read_json(manifest_path)
-    claimed = manifest.get("claimed_at")
-    if claimed is None or written_at is None or _tries(ws, batch_name(manifest["batch"])) != 1:
-        return None
-    return max(0.0, written_at - claimed)
-
-
-def merge_span(ws: WindowState, written_at: float) -> float | None:
-    """Seconds from the end of a window's last batch to its written result: the final
-    task's start, its JVM or session, and the merge, as the cost history records them. A
-    batch ends when its partial is written, or when it claimed nothing.
-
-    None when that is not one merge's cost: the final task did not run once (``attempts``),
-    or a batch claimed units and wrote no partial."""
-    if _tries(ws, "final") != 1:
-        return None
-    ends = []
-    for index, claim in read_claims(ws).items():
-        if not claim.get("units"):
-            ends.append(claim.get("claimed_at"))
-            continue
-        metrics = ws.metrics_path(index)
-        ends.append(read_json(metrics).get("written_at") if metrics.is_file() else None)
-    if not ends or None in ends:
-        return None
-    return max(0.0, written_at - max(ends))
-
-
-def _tries(ws: WindowState, name: str) -> int:
-    """How many attempts of the window's task on ``name`` started: the provider's tasks
-    write ``attempts/<name>.<try>.json`` before their work
-    (:func:`airflow_iqp.window.accounting.record_attempt`)."""
-    return len(list((ws.root / "attempts").glob(f"{name}.*.json")))

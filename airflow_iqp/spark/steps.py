@@ -13,15 +13,13 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from airflow_iqp.errors import ConfigError, DataError
-from airflow_iqp.filecheck import (  # noqa: F401  (the checks' names, as the jobs and tests know them here)
-    FileInfo, Inspection, check_input_file, expected_columns, inspect_files, unit_of,
-)
+from airflow_iqp.filecheck import Inspection, inspect_files
 from airflow_iqp.filecheck import is_tpch as _is_tpch
 from airflow_iqp.inputs.tpch import schema_ddl
 from airflow_iqp.query.model import Query
 from airflow_iqp.query.store import Saved, load_query
-from airflow_iqp.paths import is_local, local_path
-from airflow_iqp.state import check_name, make_dirs, replace_dir, temp_sibling
+from airflow_iqp.paths import check_name, is_local, local_path, make_dirs
+from airflow_iqp.store.files import replace_dir, temp_sibling
 from airflow_iqp.streams import Stream, stream_of
 from airflow_iqp.streams import schema_ddl as columns_ddl
 
@@ -66,7 +64,7 @@ def as_saved(query: Saved | Query | str) -> Saved:
 
 
 def run_batch(spark, query: Saved | Query | str, files: Sequence[str], static=None, *,
-              inspection: Inspection | None = None, record_dir: str | os.PathLike | None = None):
+              inspection: Inspection | None = None, record=None):
     """One batch's partial result, a DataFrame, for the given input files.
 
     ``files`` are the batch's claimed unit files; files of streams the query does not
@@ -76,7 +74,7 @@ def run_batch(spark, query: Saved | Query | str, files: Sequence[str], static=No
     """
     saved = as_saved(query)
     query = saved.query
-    ins = inspection or inspect_files([str(f) for f in files], saved, record_dir)
+    ins = inspection or inspect_files([str(f) for f in files], saved, record)
     static = static if static is not None else saved.static
     tables = {s: read_stream(spark, saved.stream(s), [f for f in ins.files if stream_of(f, saved.streams).name == s],
                              ins.columns.get(s)) for s in query.streams}

@@ -5,24 +5,32 @@ A fused tail's final task starts before the window's end and opens its session
 last step while there is time (:func:`rehearse_tail`), reads the written partials as they
 come (:func:`read_written`), then claims the last batch's units and runs that batch and the
 merge as one job (:func:`execute_tail`). ``final_job.py --tail`` runs it under spark-submit;
-the Spark Connect backend runs it in the task. No Airflow import here.
+the Spark Connect backend runs it in the task. The claims are made here, in the driver,
+through the store: that is what saves a task's and a JVM's start after the window's end.
+No Airflow import here.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
-from pathlib import Path
 
-from airflow_iqp.spark.final_job import (
-    _window_state, _written_dirs, execute_final, merge_rows_estimate,
-)
+from airflow_iqp.coordination import cluster_turn
+from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units, unit_of
+from airflow_iqp.query.store import load_query
+from airflow_iqp.spark.batch import batch_work, execute_batch
+from airflow_iqp.spark.merge import execute_final, merge_rows_estimate
+from airflow_iqp.spark.steps import run_batch, run_final, write_result
+from airflow_iqp.store import WindowState
+from airflow_iqp.store.files import temp_sibling
+from airflow_iqp.streams import stream_of
+from airflow_iqp.window.batch import Batch
+from airflow_iqp.window.readiness import fold_into_tail, wait_and_claim
 
 
-def read_written(spark, window_dir: str | os.PathLike, earlier: dict | None = None) -> dict | None:
+def read_written(spark, ws: WindowState, earlier: dict | None = None) -> dict | None:
     """The partials of a window written by now, read and their schema resolved ahead of the
-    merge: ``{"dirs": _written_dirs(), "df": DataFrame}``, None if there are none, or
+    merge: ``{"dirs": ws.partial_versions(), "df": DataFrame}``, None if there are none, or
     ``earlier`` if they have not changed since it was read.
 
     A fused tail reads them while it waits for the window's last units, so that after the
@@ -31,7 +39,7 @@ def read_written(spark, window_dir: str | os.PathLike, earlier: dict | None = No
     DataFrame (about 0.05 s instead of 0.11 s for CQ3).
     :func:`execute_final` uses it only if the window's partials are still those.
     """
-    dirs = _written_dirs(window_dir)
+    dirs = ws.partial_versions()
     if earlier is not None and earlier["dirs"] == dirs:
         return earlier
     if not dirs:
@@ -41,8 +49,8 @@ def read_written(spark, window_dir: str | os.PathLike, earlier: dict | None = No
     return {"dirs": dirs, "df": df}
 
 
-def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch: int | None,
-                 static_dir: str | None, *, history: bool = True, written: dict | None = None) -> dict:
+def execute_tail(spark, ws: WindowState, tail_batch: int | None, static: str | dict | None, *, backend: str,
+                 history: bool = True, written: dict | None = None) -> dict:
     """A fused tail: the last batch and the merge in one Spark job.
 
     The last batch's partial aggregate is merged with the written partials in the same job
@@ -50,29 +58,21 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
     The last batch's partial is never written: writing it after the result would compute
     the batch a second time, on the cluster the next query's turn needs (several seconds of
     a JVM's work per query on spark-submit). The result manifest covers its units
-    (``final_job.check_coverage`` with ``computing``). A retry computes it again from the same
+    (``merge.check_coverage`` with ``computing``). A retry computes it again from the same
     claim, so no unit is counted twice; a partial found written (by an older version)
     is merged as any other. ``written``: :func:`read_written`, taken before the claim.
     """
-    from airflow_iqp.filecheck import files_to_read
-    from airflow_iqp.query.store import load_query, schema_dir
-    from airflow_iqp.spark.steps import inspect_files, run_batch
-    from airflow_iqp.state import claimed_files, read_json
-
-    window_dir = Path(window_dir).absolute()
-    ws = _window_state(window_dir)
-    claim = ws.claim_path(tail_batch) if tail_batch is not None else None
-    manifest = read_json(claim) if claim is not None and claim.is_file() else {}
-    files = files_to_read(manifest)  # the units quarantined when claimed are left out
-    pending = bool(files) and not ws.partial_path(tail_batch).is_dir()
+    claim = (ws.claim_of(tail_batch) if tail_batch is not None else None) or {}
+    files = files_to_read(claim)  # the units quarantined when claimed are left out
+    pending = bool(files) and not ws.has_partial(tail_batch)
     tail, bad, rows_in = None, [], None
     if pending:
-        saved = load_query(query_id, ws.state_dir)
-        inspection = inspect_files(files, saved, schema_dir(ws.state_dir, query_id), claimed=claimed_files(ws),
-                                   checked=manifest.get("checked"))
-        tail, bad = (tail_batch, run_batch(spark, saved, files, static_dir, inspection=inspection)), inspection.quarantined
+        saved = load_query(ws.query_id, ws.store)
+        inspection = inspect_files(files, saved, ws.store.query(ws.query_id), claimed=ws.claimed_files(),
+                                   checked=claim.get("checked"))
+        tail, bad = (tail_batch, run_batch(spark, saved, files, static, inspection=inspection)), inspection.quarantined
         rows_in = _rows_in(inspection)
-    return execute_final(spark, query_id, window_dir, history=history, tail=tail, written=written, quarantined=bad,
+    return execute_final(spark, ws, backend=backend, history=history, tail=tail, written=written, quarantined=bad,
                          tail_rows_in=rows_in)
 
 
@@ -82,26 +82,22 @@ def _rows_in(inspection) -> int | None:
     return None if None in rows else sum(rows)
 
 
-def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slots: int = 0, *,
-             history: bool = True) -> dict:
+def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: str, history: bool = True) -> dict:
     """A fused tail in the final task's own session (both backends; the spark-submit job's
     driver, or the Connect task): the session is open and warm before the last batch's
     input is complete, so after the window's end only the work is left.
 
-    ``tail`` is the plan's tail (``split_tail``; a ``Batch`` or its JSON form). First each
-    batch ready after the task started (``tail.before``), in order: wait until it may start,
-    as its sensor would, claim, take a turn on the cluster, write its partial; or, once the
-    last batch may claim, leave its units to it (``fold_into_tail``). Then the last
-    batch: rehearse it while there is time (:func:`rehearse_tail`), wait, reading the written
-    partials as they come (:func:`read_written`), claim, take a turn and run it with the
-    merge (:func:`execute_tail`). Turns: ``slots`` batches
-    of the state directory at once, earliest deadline first; with a gate the turn is its,
-    and the last batch's ``turn_ts`` (``ahead``) does not hold it back as well. A retry
-    re-reads every claim and skips a partial already written.
+    ``tail`` is the plan's tail (``split_tail``). First each batch ready after the task
+    started (``tail.before``), in order: wait until it may start, as its sensor would,
+    claim, take a turn on the cluster, write its partial; or, once the last batch may claim,
+    leave its units to it (``fold_into_tail``). Then the last batch: rehearse it while there
+    is time (:func:`rehearse_tail`), wait, reading the written partials as they come
+    (:func:`read_written`), claim, take a turn and run it with the merge
+    (:func:`execute_tail`). Turns: ``slots`` batches of the store at once, earliest
+    deadline first; with a gate the turn is its, and the last batch's ``turn_ts``
+    (``ahead``) does not hold it back as well. A retry re-reads every claim and skips a
+    partial already written.
     """
-    from airflow_iqp.window.tail import claim_when_ready, fold_into_tail, load, turn
-
-    tail = load(tail)
     spark.range(1).collect()  # the session's first query pays its set-up: not after the window's end
     if slots > 0:
         tail = tail.with_(turn_ts=0.0)
@@ -110,19 +106,19 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slots: i
             print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch",
                   flush=True)
             continue
-        _run_batch_in_turn(spark, window_dir, entry, slots, history)
-    ahead = [read_written(spark, window_dir)]
-    rehearse_tail(spark, query_id, window_dir, tail, slots, ahead[0])
+        _run_batch_in_turn(spark, ws, entry, slots, backend, history)
+    ahead = [read_written(spark, ws)]
+    rehearse_tail(spark, ws, tail, slots, ahead[0])
 
     def sleep(seconds: float) -> None:  # while it waits: read the partials again when they change
-        ahead[0] = read_written(spark, window_dir, ahead[0])
+        ahead[0] = read_written(spark, ws, ahead[0])
         time.sleep(seconds)
 
-    claim = claim_when_ready(tail, sleep=sleep)
+    claim = wait_and_claim(tail, sleep=sleep)
     print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
     # The turn lasts through the merge: the tail holds the cluster until the result is written.
-    with turn(tail, slots, planned=tail.remaining_cost):
-        return execute_tail(spark, query_id, window_dir, tail.index, tail.static or None, history=history,
+    with cluster_turn(tail, slots, planned=tail.remaining_cost):
+        return execute_tail(spark, ws, tail.index, tail.static or None, backend=backend, history=history,
                             written=ahead[0])
 
 
@@ -131,7 +127,7 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slots: i
 REHEARSAL_ROOM = 3.0
 
 
-def rehearse_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slots: int = 0,
+def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0,
                   written: dict | None = None) -> float | None:
     """Run the fused tail's plan once before the window's end, on one unit the window's
     batches have claimed, merged with the ``written`` partials, and throw the result away.
@@ -146,29 +142,21 @@ def rehearse_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slo
     failure is printed and ignored: the tail meets the same error, if it is one, and
     reports it. Returns the rehearsal's seconds.
     """
-    from airflow_iqp.filecheck import files_to_read, kept_units
-    from airflow_iqp.query.store import load_query, schema_dir
-    from airflow_iqp.spark.steps import inspect_files, run_batch, run_final, unit_of, write_result
-    from airflow_iqp.state import claimed_files, read_claims, temp_sibling
-    from airflow_iqp.streams import stream_of
-    from airflow_iqp.window.tail import turn
-
     expected = tail.remaining_cost / tail.cost_scale
     until = tail.ready_ts - REHEARSAL_ROOM * expected
-    ws = _window_state(Path(window_dir).absolute())
-    claims = [c for c in read_claims(ws).values() if kept_units(c)]
+    claims = [c for c in ws.claims().values() if kept_units(c)]
     if not claims or time.time() >= until:
         return None
-    saved = load_query(query_id, ws.state_dir)
+    saved = load_query(ws.query_id, ws.store)
     unit = kept_units(claims[-1])[-1]
     files = [f for f in files_to_read(claims[-1]) if unit_of(f, stream_of(f, saved.streams)) == unit]
-    out = temp_sibling(ws.result_dir)
+    out = temp_sibling(ws.result_uri)
     try:
-        with turn(tail, slots, planned=tail.remaining_cost, until=until) as got:
+        with cluster_turn(tail, slots, planned=tail.remaining_cost, until=until) as got:
             if not got or time.time() >= until:
                 return None
             t0 = time.perf_counter()
-            inspection = inspect_files(files, saved, schema_dir(ws.state_dir, query_id), claimed=claimed_files(ws))
+            inspection = inspect_files(files, saved, ws.store.query(ws.query_id), claimed=ws.claimed_files())
             part = run_batch(spark, saved, files, tail.static or None, inspection=inspection)
             df = run_final(spark, saved, written["df"] if written else [], also=part)
             rows = merge_rows_estimate(ws, list(written["dirs"]) if written else [], _rows_in(inspection), tail=True)
@@ -184,19 +172,15 @@ def rehearse_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slo
     return seconds
 
 
-def _run_batch_in_turn(spark, window_dir: str | os.PathLike, entry, slots: int, history: bool) -> None:
+def _run_batch_in_turn(spark, ws: WindowState, entry: Batch, slots: int, backend: str, history: bool) -> None:
     """One batch of a fused tail before the last: claimed when ready, run in its turn into its partial."""
-    from airflow_iqp.spark.batch_job import execute_planned_batch
-    from airflow_iqp.window.tail import claim_when_ready, turn
-
-    ws = _window_state(Path(window_dir).absolute())
-    claim = claim_when_ready(entry)
+    claim = wait_and_claim(entry)
     if not claim["units"]:
         print(f"airflow-iqp final_job: {entry.label}: nothing to claim", flush=True)
         return
-    if ws.partial_path(entry.index).is_dir():  # a retry: written by the earlier attempt
+    if ws.has_partial(entry.index):  # a retry: written by the earlier attempt
         return
-    with turn(entry, slots):
-        metrics = execute_planned_batch(spark, entry, history=history)
+    with cluster_turn(entry, slots):
+        metrics = execute_batch(spark, batch_work(ws, entry.index, entry.static), backend=backend, history=history)
     print(f"airflow-iqp final_job: {entry.label}: {metrics['units']} units in {metrics['wall_seconds']:.1f} s",
           flush=True)

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from airflow_iqp.errors import ConfigError, DataError
-from airflow_iqp.query.store import Saved, load_query, save_query
-from airflow_iqp.spark.submit import build_pyfiles_zip, job_path, run_submit, submit_args
-from airflow_iqp.state import WindowState, claim_units, read_json
 from airflow_iqp.landing import list_units
+from airflow_iqp.query.store import Saved, load_query, save_query
+from airflow_iqp.spark.batch import batch_work, work_args
+from airflow_iqp.spark.submit import build_pyfiles_zip, job_path, run_submit, submit_args
+from airflow_iqp.store import open_store
 from airflow_iqp.streams import files_of, landing_of
+
+#: The backend these jobs run on, as their metrics and the cost history name it.
+BACKEND = "spark-submit"
 
 
 def resolve_data(data: str | os.PathLike, static: str | os.PathLike | None = None) -> tuple[Path, Path | None]:
@@ -51,7 +56,8 @@ def run_window(query: str | Saved, data: str | os.PathLike | None, batches: int,
 
     ``query`` is a catalogued query's id, whose units are in ``data`` (see
     :func:`resolve_data`), or a :class:`Saved` query whose streams say where its units are
-    (``data`` is then ignored). The query is saved in ``out`` for the jobs to load.
+    (``data`` is then ignored). ``out`` is the state store (its location) the window's
+    state goes to; the query is saved there for the jobs to load.
 
     Returns ``{"result", "manifest", "batches": [{"batch","units","files","wall_seconds","cpu_seconds",
     "job"}], "final": {"wall_seconds","cpu_seconds","job"}}`` where wall/CPU seconds are
@@ -72,31 +78,37 @@ def run_window(query: str | Saved, data: str | os.PathLike | None, batches: int,
     units = list_units(landing, saved.streams)
     if units and batches > len(units):
         raise ConfigError(f"{batches} batches for {len(units)} units; use at most {len(units)}", field="batches")
-    ws = WindowState(Path(out).absolute(), query.id, window_id)
-    save_query(ws.state_dir, saved)
+    store = open_store(Path(out).absolute())
+    ws = store.window(query.id, window_id)
+    save_query(store, saved)
     ship = (not master.startswith("local")) if ship_package is None else ship_package
-    py_files = str(build_pyfiles_zip(ws.root / ".pyfiles" / "airflow_iqp.zip")) if ship else None
-    report = {"query": query.id, "window": window_id, "result": str(ws.result_dir), "manifest": str(ws.result_manifest),
-              "batches": [], "final": None}
-    for b, chunk in enumerate(split_consecutive(units, batches)):
-        manifest = claim_units(ws, b, [u.name for u in chunk], files_of(chunk, read))
-        argv = submit_args(job_path("batch"), [query.id, ws.claim_path(b), "", ws.partial_path(b)],
-                           master=master, conf=conf, py_files=py_files, name=f"iqp-{query.id}-{window_id}-b{b}")
-        res = run_submit(argv, timeout=timeout)
-        if res.returncode != 0:
-            raise DataError(f"batch {b} of {query.id} failed (exit {res.returncode}):\n{res.tail()}")
-        job = read_json(Path(str(ws.partial_path(b)) + ".metrics.json"))
-        report["batches"].append({"batch": b, "units": manifest["units"], "files": manifest["files"],
-                                  "wall_seconds": res.wall_seconds, "cpu_seconds": res.cpu_seconds, "job": job})
-        if log:
-            log(f"batch {b}: {len(manifest['units'])} units, {res.wall_seconds:.1f}s wall, {res.cpu_seconds:.1f}s cpu")
-    argv = submit_args(job_path("final"), [query.id, ws.root, "--expect-units", str(len(units))],
-                       master=master, conf=conf, py_files=py_files, name=f"iqp-{query.id}-{window_id}-final")
-    res = run_submit(argv, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="iqp-pyfiles-") as tmp:
+        py_files = str(build_pyfiles_zip(Path(tmp) / "airflow_iqp.zip")) if ship else None
+
+        def submit(job: str, args: list[str], name: str):
+            argv = submit_args(job_path(job), args, master=master, conf=conf, py_files=py_files, name=name)
+            return run_submit(argv, timeout=timeout)
+
+        report = {"query": query.id, "window": window_id, "result": ws.result_uri, "manifest": ws.manifest_uri,
+                  "batches": [], "final": None}
+        for b, chunk in enumerate(split_consecutive(units, batches)):
+            claim = ws.claim(b, [u.name for u in chunk], files_of(chunk, read))
+            res = submit("batch", [*work_args(ws, batch_work(ws, b)), "--backend", BACKEND],
+                         f"iqp-{query.id}-{window_id}-b{b}")
+            if res.returncode != 0:
+                raise DataError(f"batch {b} of {query.id} failed (exit {res.returncode}):\n{res.tail()}")
+            report["batches"].append({"batch": b, "units": claim["units"], "files": claim["files"],
+                                      "wall_seconds": res.wall_seconds, "cpu_seconds": res.cpu_seconds,
+                                      "job": ws.metrics(b)})
+            if log:
+                log(f"batch {b}: {len(claim['units'])} units, {res.wall_seconds:.1f}s wall, "
+                    f"{res.cpu_seconds:.1f}s cpu")
+        res = submit("final", ["--store", store.location, "--query", query.id, "--window", window_id,
+                               "--backend", BACKEND, "--expect-units", str(len(units))],
+                     f"iqp-{query.id}-{window_id}-final")
     if res.returncode != 0:
         raise DataError(f"final aggregation of {query.id} failed (exit {res.returncode}):\n{res.tail()}")
-    report["final"] = {"wall_seconds": res.wall_seconds, "cpu_seconds": res.cpu_seconds,
-                       "job": read_json(ws.result_manifest)}
+    report["final"] = {"wall_seconds": res.wall_seconds, "cpu_seconds": res.cpu_seconds, "job": ws.manifest()}
     if log:
-        log(f"final: {res.wall_seconds:.1f}s wall, {res.cpu_seconds:.1f}s cpu -> {ws.result_dir}")
+        log(f"final: {res.wall_seconds:.1f}s wall, {res.cpu_seconds:.1f}s cpu -> {ws.result_uri}")
     return report

@@ -12,5 +12,4 @@ start, and :mod:`~airflow_iqp.window.plan` converts.
 - :mod:`~airflow_iqp.window.readiness`: when a batch may start, and its claim;
 - :mod:`~airflow_iqp.window.replan`: re-plans of a window whose total is unknown;
 - :mod:`~airflow_iqp.window.accounting`: late data, observed arrivals, task CPU;
-- :mod:`~airflow_iqp.window.tail`: the one entry point the Spark jobs use (a fused tail).
 """

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any
 
-from airflow_iqp.state import (
-    WindowState, atomic_write_json, check_name, list_ready_units, note_seen, read_claims, read_json,
-)
+from airflow_iqp.landing import list_units
+from airflow_iqp.store import WindowState, batch_name, open_store
 from airflow_iqp.streams import files_of
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig, clock, window_id
@@ -28,12 +26,9 @@ def late_entry(cfg: QueryConfig, window_start: float, window_end: float) -> Batc
     """
     if cfg.late != "merge":
         return None
-    previous = WindowState(cfg.state_dir, cfg.query, window_id(window_start - (window_end - window_start)))
-    path = previous.root / "plan.json"
-    if not path.is_file():
-        return None
-    doc = read_json(path)
-    if not doc["batches"] or doc.get("backfill"):
+    previous = open_store(cfg.state_dir).window(cfg.query, window_id(window_start - (window_end - window_start)))
+    doc = previous.doc("plan")
+    if doc is None or not doc["batches"] or doc.get("backfill"):
         return None
     last = max((Batch.from_dict(e) for e in doc["batches"]), key=lambda e: e.index)
     at = doc["window_end"] + last.grace + cfg.lateness
@@ -46,26 +41,26 @@ def late_entry(cfg: QueryConfig, window_start: float, window_end: float) -> Batc
 def late_units(batch: Batch, window_start: float) -> dict:
     """Units in the landing directory of ``batch``'s query that no batch of the window
     starting at ``window_start`` claimed: late data, with arrival times."""
-    ws = WindowState(batch.state_dir, batch.query, window_id(window_start))
-    taken = {u for m in read_claims(ws).values() for u in m.get("units", [])}
+    ws = open_store(batch.state_dir).window(batch.query, window_id(window_start))
+    taken = ws.claimed_units()
     streams = batch.stream_list()
-    late = [p for p in list_ready_units(batch.landing, streams) if p.name not in taken]
-    seen = note_seen(ws, [p.name for p in late])
+    late = [p for p in list_units(batch.landing, streams) if p.name not in taken]
+    seen = ws.note_seen([p.name for p in late])
     return {"units": [p.name for p in late], "files": files_of(late, streams),
             "arrival_times": [seen[p.name] for p in late]}
 
 
-def record_arrivals(batch: Batch, window_start: float) -> Path:
+def record_arrivals(batch: Batch, window_start: float) -> str:
     """Observed arrival offsets of the window's units, for the next window's plan."""
-    ws = WindowState(batch.state_dir, batch.query, window_id(window_start))
-    units = list_ready_units(batch.landing, batch.stream_list())
-    seen = note_seen(ws, [p.name for p in units])
+    ws = open_store(batch.state_dir).window(batch.query, window_id(window_start))
+    units = list_units(batch.landing, batch.stream_list())
+    seen = ws.note_seen([p.name for p in units])
     offsets = sorted(max(0.0, seen[p.name] - window_start) for p in units)
-    return atomic_write_json(ws.root / "arrivals.json", {"offsets": offsets, "units": [p.name for p in units]})
+    return ws.write_doc("arrivals", {"offsets": offsets, "units": [p.name for p in units]})
 
 
-def record_task_cpu(window_root: str | os.PathLike, ti: Any, phase: str = "run") -> dict:
-    """Record this task process's CPU seconds so far in ``<window>/cpu/``; return the record.
+def record_task_cpu(ws: WindowState, ti: Any, phase: str = "run") -> dict:
+    """Record this task process's CPU seconds so far with the window; return the record.
 
     ``self`` is the task process itself (Airflow's task runner, the DAG file's imports, a
     Spark Connect client); ``children`` every child it has reaped: for a spark-submit task,
@@ -78,13 +73,12 @@ def record_task_cpu(window_root: str | os.PathLike, ti: Any, phase: str = "run")
     rec = {"task_id": ti.task_id, "map_index": getattr(ti, "map_index", -1), "try_number": ti.try_number,
            "phase": phase, "self_cpu_seconds": me.ru_utime + me.ru_stime,
            "children_cpu_seconds": kids.ru_utime + kids.ru_stime, "recorded_at": time.time()}
-    name = check_name(f"{rec['task_id']}.{rec['map_index']}.{rec['try_number']}.{phase}.json", "task_id")
-    atomic_write_json(Path(window_root) / "cpu" / name, rec)
+    ws.record("cpu", f"{rec['task_id']}.{rec['map_index']}.{rec['try_number']}.{phase}", rec)
     return rec
 
 
-def record_attempt(window_root: str | os.PathLike, name: str, ti: Any) -> Path:
-    """Record that an attempt of a window's task starts: ``<window>/attempts/<name>.<try>.json``.
+def record_attempt(ws: WindowState, name: str, ti: Any) -> str:
+    """Record that an attempt of a window's task on ``name`` starts.
 
     ``name`` is what the attempt works on (``batch-0001``, ``final``). Written before the
     work, so an attempt killed with its process (a task, its host) is on record too: the
@@ -92,22 +86,75 @@ def record_attempt(window_root: str | os.PathLike, name: str, ti: Any) -> Path:
     """
     rec = {"name": name, "task_id": ti.task_id, "map_index": getattr(ti, "map_index", -1),
            "try_number": ti.try_number, "pid": os.getpid(), "started_at": time.time()}
-    return atomic_write_json(Path(window_root) / "attempts" / f"{name}.{ti.try_number}.json", rec)
+    return ws.record("attempts", f"{name}.{ti.try_number}", rec)
 
 
-def attempts(window_root: str | os.PathLike) -> dict[str, list[int]]:
+def attempts(ws: WindowState) -> dict[str, list[int]]:
     """The recorded attempts of a window's tasks (:func:`record_attempt`): name -> try numbers."""
     out: dict[str, list[int]] = {}
-    for path in sorted((Path(window_root) / "attempts").glob("*.json")):
-        rec = read_json(path)
+    for rec in ws.records("attempts"):
         out.setdefault(rec["name"], []).append(rec["try_number"])
     return {name: sorted(tries) for name, tries in out.items()}
 
 
-def window_task_cpu(window_root: str | os.PathLike) -> dict:
+def window_task_cpu(ws: WindowState) -> dict:
     """The CPU the window's task processes recorded (:func:`record_task_cpu`), summed."""
-    recs = [read_json(p) for p in sorted((Path(window_root) / "cpu").glob("*.json"))]
+    recs = ws.records("cpu")
     own = sum(r["self_cpu_seconds"] for r in recs)
     kids = sum(r["children_cpu_seconds"] for r in recs)
     return {"tasks": len(recs), "self_cpu_seconds": own, "children_cpu_seconds": kids, "cpu_seconds": own + kids}
 
+
+
+def _tries(ws: WindowState, name: str) -> int:
+    """How many attempts of the window's task on ``name`` started (:func:`record_attempt`)."""
+    return sum(1 for rec in ws.records("attempts") if rec["name"] == name)
+
+
+def batch_span(ws: WindowState, batch: int, claimed_at: float | None, written_at: float | None) -> float | None:
+    """Seconds from a batch's claim to its written partial: what the batch cost its window
+    (the task's start, the JVM or session, the Spark work), as the cost history records it.
+
+    None when that is not one batch's cost: its claim has no time, or the batch did not run
+    once in a task of its own (a retry's span holds the failed attempt and the wait; a fused
+    tail's batches run in a session that was open before their claim; a claim outside
+    Airflow has no attempt)."""
+    if claimed_at is None or written_at is None or _tries(ws, batch_name(batch)) != 1:
+        return None
+    return max(0.0, written_at - claimed_at)
+
+
+def merge_span(ws: WindowState, written_at: float) -> float | None:
+    """Seconds from the end of a window's last batch to its written result: the final
+    task's start, its JVM or session, and the merge, as the cost history records them. A
+    batch ends when its partial is written, or when it claimed nothing.
+
+    None when that is not one merge's cost: the final task did not run once, or a batch
+    claimed units and wrote no partial."""
+    if _tries(ws, "final") != 1:
+        return None
+    ends = [claim.get("claimed_at") if not claim.get("units") else ws.metrics(index).get("written_at")
+            for index, claim in ws.claims().items()]
+    if not ends or None in ends:
+        return None
+    return max(0.0, written_at - max(ends))
+
+
+def record_batch_cost(ws: WindowState, metrics: dict, claimed_at: float | None, backend: str) -> dict:
+    """A batch's measured cost into the cost history: its Spark step, and its span from claim
+    to written partial (:func:`batch_span`)."""
+    return ws.store.record_cost(query=ws.query_id, kind="batch", units=metrics["units"], batches=1,
+                                wall_seconds=metrics["wall_seconds"], cpu_seconds=metrics["cpu_seconds"],
+                                task_seconds=metrics["task_seconds"], backend=backend, window=ws.window_id,
+                                end_to_end_seconds=batch_span(ws, metrics["batch"], claimed_at,
+                                                              metrics["written_at"]))
+
+
+def record_merge_cost(ws: WindowState, manifest: dict, units: int) -> dict:
+    """A window's merge of ``units`` units into the cost history: its Spark step, and its span
+    from the last batch's end to the written result (:func:`merge_span`, as the manifest says)."""
+    return ws.store.record_cost(query=ws.query_id, kind="final", units=units,
+                                batches=len(manifest["partials"]), wall_seconds=manifest["wall_seconds"],
+                                cpu_seconds=manifest["cpu_seconds"], task_seconds=manifest["task_seconds"],
+                                backend=manifest["backend"], window=ws.window_id,
+                                end_to_end_seconds=manifest["end_to_end_seconds"])

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.state import WindowState, check_name
+from airflow_iqp.paths import check_name
+from airflow_iqp.store import WindowState, open_store
 from airflow_iqp.streams import TPCH, Stream
 
 _NUMBER = (int, float)
@@ -66,7 +67,7 @@ class Batch:
 
     def window_state(self) -> WindowState:
         """The state of the window this batch belongs to."""
-        return WindowState(self.state_dir, self.query, self.window_id)
+        return open_store(self.state_dir).window(self.query, self.window_id)
 
     def stream_list(self) -> tuple[Stream, ...]:
         """The streams the batch reads (the TPC-H layout by default)."""
@@ -121,6 +122,14 @@ class Batch:
         if data.get("turn_ts") is None:
             data["turn_ts"] = 0.0
         return cls(**data)
+
+
+    @classmethod
+    def from_json(cls, text: str) -> "Batch":
+        """A batch from its JSON text (a job's argument), checked as :meth:`from_dict` checks it."""
+        import json
+
+        return cls.from_dict(json.loads(text))
 
 
 def batches_from(values: Any) -> list[Batch]:

@@ -6,15 +6,15 @@ import math
 import statistics
 import time
 from dataclasses import replace
-from pathlib import Path
 
-from airflow_iqp.errors import ConfigError
+
 from airflow_iqp.options import backend_class
 from airflow_iqp.planning.models import (
     CostModel, FinalAggCost, LinearCost, LinearFinalAgg, PiecewiseLinearFinalAgg, cost_model_from_dict,
     final_agg_from_dict, fit_piecewise_linear, plus_fixed, scaled,
 )
-from airflow_iqp.state import list_ready_units, read_cost_history, read_json
+from airflow_iqp.landing import list_units
+from airflow_iqp.store import open_store
 from airflow_iqp.streams import TPCH, Stream
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig
@@ -29,13 +29,11 @@ def arrival_offsets_hint(cfg: QueryConfig, window_len: float) -> list[float]:
 
 def observed_offsets(cfg: QueryConfig) -> list[float] | None:
     """The most recent earlier window's observed arrival offsets, if any were recorded."""
-    root = Path(cfg.state_dir) / cfg.query
-    if not root.is_dir():
-        return None
-    for wdir in sorted((p for p in root.iterdir() if p.is_dir()), reverse=True):
-        f = wdir / "arrivals.json"
-        if f.is_file():
-            offsets = read_json(f).get("offsets") or []
+    query = open_store(cfg.state_dir).query(cfg.query)
+    for window in reversed(query.windows()):
+        arrivals = query.window(window).doc("arrivals")
+        if arrivals is not None:
+            offsets = arrivals.get("offsets") or []
             if len(offsets) == cfg.units:
                 return sorted(offsets)
     return None
@@ -50,19 +48,17 @@ def observed_counts(cfg: QueryConfig, before: float | None = None) -> list[int]:
     arrivals, or, for a window that has ended but whose final step has not recorded them yet
     (the window just before this one, while its last batch runs), the units in its landing
     directory now. ``before``: only windows that ended by then."""
-    root = Path(cfg.state_dir) / cfg.query.lower()
-    if not root.is_dir():
-        return []
+    query = open_store(cfg.state_dir).query(cfg.query)
     counts = []
-    for wdir in sorted((p for p in root.iterdir() if p.is_dir()), reverse=True):
-        arrivals, plan = wdir / "arrivals.json", wdir / "plan.json"
-        if arrivals.is_file():
-            counts.append(len(read_json(arrivals).get("units") or []))
-        elif plan.is_file() and before is not None:
-            doc = read_json(plan)
+    for window in reversed(query.windows()):
+        ws = query.window(window)
+        arrivals = ws.doc("arrivals")
+        if arrivals is not None:
+            counts.append(len(arrivals.get("units") or []))
+        elif before is not None and (doc := ws.doc("plan")) is not None:
             if doc["batches"] and doc["window_end"] <= before and not doc.get("backfill"):
                 entry = Batch.from_dict(doc["batches"][0])
-                counts.append(len(list_ready_units(entry.landing, entry.stream_list())))
+                counts.append(len(list_units(entry.landing, entry.stream_list())))
         if len(counts) == HISTORY_WINDOWS:
             break
     return counts
@@ -142,7 +138,7 @@ SPAN = "end_to_end_seconds"
 
 
 def _calibrated(cfg: QueryConfig) -> dict | None:
-    fits = read_cost_history(cfg.state_dir, cfg.query, "fit", cfg.backend)
+    fits = open_store(cfg.state_dir).cost_history(cfg.query, "fit", cfg.backend)
     return fits[-1] if fits else None
 
 
@@ -194,7 +190,7 @@ def _spans(cfg: QueryConfig, kind: str, size: str) -> list[tuple[int, float]]:
     """(size, seconds from claim to written output) of this query's measured batches or
     merges on its backend. Records without that span (a calibration's, a batch retried,
     one run in a fused tail's open session) measure something else and are left out."""
-    return [(r[size], r[SPAN]) for r in read_cost_history(cfg.state_dir, cfg.query, kind, cfg.backend)
+    return [(r[size], r[SPAN]) for r in open_store(cfg.state_dir).cost_history(cfg.query, kind, cfg.backend)
             if r.get(SPAN) is not None and r[size] >= 1]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, replace
 from functools import partial
-from pathlib import Path
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.minbatch import min_batch_size
@@ -13,7 +12,8 @@ from airflow_iqp.planning.models import Busy, CostModel, EmpiricalArrival, Final
 from airflow_iqp.planning.planner import IDLE, Plan, executed
 from airflow_iqp.planning.report import format_plan
 from airflow_iqp.planning.spec import PlanSpec
-from airflow_iqp.state import WindowState, atomic_write_json, list_ready_units
+from airflow_iqp.landing import list_units
+from airflow_iqp.store import open_store
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig, clock, window_id
 from airflow_iqp.window.costs import (
@@ -60,7 +60,7 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
     if deadline < window_end:
         raise ConfigError(f"the deadline ({deadline}) is before the window end ({window_end})", "deadline_offset")
     length = window_end - window_start
-    arrived = len(list_ready_units(cfg.landing, streams_of(cfg)))
+    arrived = len(list_units(cfg.landing, streams_of(cfg)))
     known = cfg.units is not None
     if known:
         backfill, estimate = now >= window_end and arrived >= cfg.units, ""
@@ -248,7 +248,7 @@ def format_window_plan(wp: WindowPlan) -> str:
     return head + "\n" + format_plan(wp.plan, fmt_time=lambda t: clock(wp.window_start + t))
 
 
-def store_plan(wp: WindowPlan) -> Path:
-    """``STATE/<query>/<window>/plan.json``: what was planned, to compare with what ran."""
-    return atomic_write_json(WindowState(wp.state_dir, wp.query, wp.window_id).root / "plan.json", wp.to_dict())
+def store_plan(wp: WindowPlan) -> str:
+    """The window's plan in its store: what was planned, to compare with what ran; its location."""
+    return open_store(wp.state_dir).window(wp.query, wp.window_id).write_doc("plan", wp.to_dict())
 

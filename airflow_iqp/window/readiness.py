@@ -8,7 +8,8 @@ import time
 from typing import Any
 
 from airflow_iqp.filecheck import check_claim
-from airflow_iqp.state import ClaimError, claim_units, count_landed, list_ready_units, note_seen, read_claims, read_json
+from airflow_iqp.landing import count_names, list_units
+from airflow_iqp.store import ClaimError
 from airflow_iqp.streams import files_of
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.replan import effective, fresh_models, recost, replan, replan_after
@@ -64,7 +65,7 @@ def batch_ready(batch: Batch, now: float, arrived: int | None = None, listing: A
     if now < batch.turn_ts:
         return None
     if batch.late:  # after its time, and once the window's first revision is written
-        written = batch.window_state().result_manifest.exists()
+        written = batch.window_state().manifest() is not None
         due = now >= fire_at(batch) and (written or now >= batch.deadline_ts + batch.lateness)
         return "time" if due else None
     if batch.skip:  # the re-plan gave it nothing: it passes once the one before it claimed
@@ -75,7 +76,7 @@ def batch_ready(batch: Batch, now: float, arrived: int | None = None, listing: A
         return None  # a checkpoint, a late batch and the last batch of an unknown total fire on time
     needed = batch.expected_total if batch.last else batch.cumulative
     if arrived is None:
-        count, units = (listing.count, listing.units) if listing is not None else (count_landed, list_ready_units)
+        count, units = (listing.count, listing.units) if listing is not None else (count_names, list_units)
         streams = batch.stream_list()
         # Many tasks poll near the window's end: a directory per window is counted (one
         # listing) before the full, per-stream listing of complete units. A flat or
@@ -83,7 +84,7 @@ def batch_ready(batch: Batch, now: float, arrived: int | None = None, listing: A
         if streams[0].window is None and not streams[0].partitions and count(batch.landing) < needed:
             return None
         listed = units(batch.landing, streams)
-        note_seen(batch.window_state(), [u.name for u in listed], now)
+        batch.window_state().note_seen([u.name for u in listed], now)
         arrived = len(listed)
     if arrived < needed:
         return None
@@ -97,10 +98,10 @@ def _previous_decided(batch: Batch) -> bool:
     if batch.index <= 1:
         return True
     ws = batch.window_state()
-    previous = ws.claim_path(batch.index - 1)
-    if not previous.exists():
+    previous = ws.claim_of(batch.index - 1)
+    if previous is None:
         return False
-    if batch.known_total or not read_json(previous).get("units"):
+    if batch.known_total or not previous.get("units"):
         return True
     return replan_after(ws) >= batch.index - 1
 
@@ -139,9 +140,9 @@ def fold_into_tail(entry: Batch, tail: Batch, now: float) -> dict | None:
     if not entry.known_total or now < tail.ready_ts:
         return None
     ws = entry.window_state()
-    if ws.claim_path(entry.index).exists():  # a retry: it claimed in the earlier attempt
+    if ws.has_claim(entry.index):  # a retry: it claimed in the earlier attempt
         return None
-    return claim_units(ws, entry.index, [], [])
+    return ws.claim(entry.index, [], [])
 
 
 def wait_and_claim(batch: Batch, poll: float = TAIL_POLL_S, sleep: Any = time.sleep) -> dict:
@@ -154,7 +155,7 @@ def wait_and_claim(batch: Batch, poll: float = TAIL_POLL_S, sleep: Any = time.sl
     the batch's fire time at the latest, when :func:`batch_ready` says ``"time"``. Returns
     the claim manifest (a retry re-reads the same claim).
     """
-    if not batch.window_state().claim_path(batch.index).exists():
+    if not batch.window_state().has_claim(batch.index):
         while batch_ready(batch, time.time()) is None:
             sleep(max(poll, min(1.0, batch.ready_ts - 1.0 - time.time())))
     return claim_batch(batch)
@@ -175,10 +176,11 @@ def claim_batch(batch: Batch, now: float | None = None) -> dict:
     """
     batch = effective(batch)
     ws = batch.window_state()
-    if ws.claim_path(batch.index).exists():
-        return read_json(ws.claim_path(batch.index))
+    claim = ws.claim_of(batch.index)
+    if claim is not None:
+        return claim
     if batch.skip:
-        return claim_units(ws, batch.index, [], [])
+        return ws.claim(batch.index, [], [])
     for attempt in range(1, CLAIM_ATTEMPTS + 1):
         try:
             return _claim_unclaimed(batch, ws, now)
@@ -188,10 +190,10 @@ def claim_batch(batch: Batch, now: float | None = None) -> dict:
 
 
 def _claim_unclaimed(batch: Batch, ws, now: float | None) -> dict:
-    taken = {u for m in read_claims(ws).values() for u in m.get("units", [])}
+    taken = ws.claimed_units()
     streams = batch.stream_list()
-    listed = list_ready_units(batch.landing, streams)
-    seen = note_seen(ws, [u.name for u in listed], now)
+    listed = list_units(batch.landing, streams)
+    seen = ws.note_seen([u.name for u in listed], now)
     if not listed and seen and "://" not in batch.landing and not os.path.isdir(batch.landing):
         # This window's units were seen there: a missing directory is a mount's blip, not an
         # empty window, and claiming nothing would hand the batch's units to the next one.
@@ -210,6 +212,6 @@ def _claim_unclaimed(batch: Batch, ws, now: float | None) -> dict:
     elif batch.last and fresh is not None:
         recost(batch, len(units), fresh)
     found = check_claim(ws, streams, units) if units else None  # the files' check, before any Spark job
-    return claim_units(ws, batch.index, [p.name for p in units], files_of(units, streams), arrived=seen, found=found)
+    return ws.claim(batch.index, [p.name for p in units], files_of(units, streams), arrived=seen, found=found)
 
 

@@ -9,12 +9,11 @@ import math
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.models import EmpiricalArrival, cost_model_from_dict, final_agg_from_dict
 from airflow_iqp.planning.planner import Plan, build_plan, plan_batches
-from airflow_iqp.state import WindowState, atomic_write_json, read_json
+from airflow_iqp.store import WindowState
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig, clock
 from airflow_iqp.window.costs import cost_models
 
-REPLAN = "replan.json"
 #: The share of a window after which the rate seen so far estimates its total.
 EXTRAPOLATE_AFTER = 0.1
 #: The plan methods of Algorithm 1, whose windows a claim may plan again.
@@ -22,8 +21,7 @@ ALGORITHM1 = ("greedy", "exact")
 
 
 def _replan(ws: WindowState) -> dict:
-    path = ws.root / REPLAN
-    return read_json(path) if path.is_file() else {}
+    return ws.doc("replan") or {}
 
 
 def replan_after(ws: WindowState) -> int:
@@ -59,10 +57,9 @@ def fresh_models(batch: Batch) -> Models | None:
     Algorithm 1 (MinBatches, one batch, a backfill), one planned with the cluster's other
     queries, or one whose plan keeps no settings (planned outside the plan task)."""
     ws = batch.window_state()
-    path = ws.root / "plan.json"
-    if batch.late or not path.is_file():
+    doc = None if batch.late else ws.doc("plan")
+    if doc is None:
         return None
-    doc = read_json(path)
     settings = doc.get("config")
     if (not settings or doc.get("backfill") or settings.get("shares") or settings.get("ahead")
             or (doc.get("spec") or {}).get("method") not in ALGORITHM1):
@@ -77,14 +74,14 @@ def fresh_models(batch: Batch) -> Models | None:
 
 def recost(batch: Batch, units: int, models: Models) -> dict:
     """The window's last batch, claimed with newer models than its plan's: what it is planned
-    to cost now (its ``units``, as claimed), in ``replan.json``, which :func:`effective` reads."""
+    to cost now (its ``units``, as claimed), in the window's re-plan, which :func:`effective` reads."""
     ws = batch.window_state()
     doc = _replan(ws)
     cost, agg, source = models
     entries = doc.get("entries", {})
     entries[str(batch.index)] = {**entries.get(str(batch.index), {}), "cost": cost.cost(units)}
     doc.update(entries=entries, cost_model=cost.to_dict(), final_agg_model=agg.to_dict(), models=source)
-    atomic_write_json(ws.root / REPLAN, doc)
+    ws.write_doc("replan", doc)
     return doc
 
 
@@ -100,11 +97,11 @@ def replan(batch: Batch, claimed: int, arrived: int, now: float,
     evenly until the window's end, after the executor is done with this batch; the new
     batches go to the remaining entries, the last to the last, and entries left over skip.
     ``models`` (:func:`fresh_models`) replace the ones in effect, and the batch that runs
-    now is costed with them for the units it claims. Written to ``replan.json``, which
+    now is costed with them for the units it claims. Written as the window's re-plan, which
     :func:`effective` reads.
     """
     ws = batch.window_state()
-    doc = read_json(ws.root / "plan.json")
+    doc = ws.doc("plan")
     cost_doc, agg_doc = _in_effect(ws, doc)
     if models is None and (not cost_doc or not agg_doc):
         return arrived > 0 and not batch.spare, None
@@ -177,6 +174,6 @@ def replan(batch: Batch, claimed: int, arrived: int, now: float,
            "feasible": plan.feasible if plan else True, "sizes": sizes, "entries": entries,
            "cost_model": cost.to_dict(), "final_agg_model": agg.to_dict(),
            "models": source or _replan(ws).get("models")}
-    atomic_write_json(ws.root / REPLAN, out)
+    ws.write_doc("replan", out)
     return run_now, out
 

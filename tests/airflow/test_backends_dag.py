@@ -72,7 +72,9 @@ RUNNER = textwrap.dedent('''
 def test_connect_then_submit_dag_in_one_process(tmp_path):
     from airflow_iqp.inputs.tpch import generate
     from airflow_iqp.spark.connect import start_server, stop_server
-    from airflow_iqp.state import list_ready_units
+    from airflow_iqp.landing import list_units
+    from airflow_iqp.store import open_store
+    from airflow_iqp.streams import TPCH
 
     data = tmp_path / "data"
     generate(0.01, 6, data)
@@ -103,28 +105,28 @@ def test_connect_then_submit_dag_in_one_process(tmp_path):
         assert out[name] == {"state": "success", "connect_flag": None}, (proc.stdout + proc.stderr)[-4000:]
     # spark-submit ran in a process a Connect client had marked; the mark is still there
     assert out["submit_fused"] == {"state": "success", "connect_flag": "1"}, (proc.stdout + proc.stderr)[-4000:]
-    units = list_ready_units(data / "units")
+    units = list_units(data / "units", TPCH)
     _cols, ref = duckdb_reference("q4", units, data / "static")
     results = {}
     for name, backend in (("connect", "spark-connect"), ("connect_fused", "spark-connect"),
                           ("submit_fused", "spark-submit")):
-        (manifest,) = (tmp_path / "state" / name / "q4").glob("*/result.manifest.json")
-        m = json.loads(manifest.read_text())
+        store = open_store(tmp_path / "state" / name)
+        (ws,) = [w for w in map(store.query("q4").window, store.query("q4").windows()) if w.manifest() is not None]
+        m = ws.manifest()
         assert m["backend"] == backend and len(m["units"]) == 6
-        report = json.loads((manifest.parent / "report.json").read_text())
+        report = ws.doc("report")
         assert report["backend"] == backend and report["partial"] is False
         # The window's one batch was claimed, run and reported whichever task ran it.
         assert [(b["index"], b["claimed_units"]) for b in report["batches"]] == [(1, 6)]
         # A mapped batch writes its partial; a fused tail merges its batch without writing one.
-        assert (manifest.parent / "partials" / "batch-0001.metrics.json").is_file() == (name == "connect")
+        assert bool(ws.metrics(1)) == (name == "connect")
         assert m["batches"] == [1]
         # On Spark Connect a mapped batch takes its turn at the gate (tail_slots=1), and leaves it.
         turns = tmp_path / "state" / name / "_turns"
         assert turns.is_dir() == (name == "connect") and not any(turns.glob("*/*"))
         # Each task recorded its process's CPU; dag.test() runs them all in one process, so the
         # records are cumulative here. spark-submit work shows as reaped children; Connect has none.
-        cpu = {json.loads(p.read_text())["task_id"]: json.loads(p.read_text())
-               for p in (manifest.parent / "cpu").glob("*.json")}
+        cpu = {r["task_id"]: r for r in ws.records("cpu")}
         if name == "connect":
             assert set(cpu) == {"plan", "batch.wait", "batch.submit", "final"}
             assert cpu["batch.submit"]["children_cpu_seconds"] - cpu["batch.wait"]["children_cpu_seconds"] < 0.5

@@ -69,12 +69,10 @@ def duckdb_rows(files: list[str]) -> list[tuple]:
 def window_facts(run: Run, dag: str) -> dict:
     """What the window's state says, against what landed in it."""
     ws = run.window(dag)
-    claims = {}
-    if ws.claims_dir.is_dir():
-        claims = {int(p.stem.split("-")[1]): json.loads(p.read_text()) for p in ws.claims_dir.glob("batch-*.json")}
+    claims = ws.claims()
     claimed = [u for _b, c in sorted(claims.items()) for u in c.get("units", [])]
-    manifest = _json(ws.result_manifest) or {}
-    report = _json(ws.root / "report.json") or {}
+    manifest = ws.manifest() or {}
+    report = ws.doc("report") or {}
     landed = run.published.get(dag, [])
     in_time = sorted({p["name"] for p in landed if p["kind"] in ("good", "bad", *BAD)})
     good = sorted({p["name"] for p in landed if p["kind"] in ("good", "bad")})   # f_fail's bad file is replaced
@@ -129,9 +127,10 @@ def verdict(run: Run, n: int) -> Verdict:
     v.check(f["result_error"] is None, f"result differs from DuckDB: {f['result_error']}")
     v.check(not f["lost"], f"units lost: {f['lost']}")
     v.check(f["twice"] == 0, f"units counted twice: {f['twice']} ({f['claimed']})")
-    v.check(not any(f["ws"].partials_dir.glob(".batch-*")), "a killed attempt's temporary partial was left")
+    partials = Path(f["ws"].partial_uri(0)).parent  # the window's partials, their temporaries hidden beside them
+    v.check(not any(partials.glob(".batch-*")), "a killed attempt's temporary partial was left")
     if n not in (11, 12):  # the deadline was met: no alert
-        v.check(_alert(run, dag) is None and not (f["ws"].root / "deadline_risk.json").exists(),
+        v.check(_alert(run, dag) is None and f["ws"].doc("deadline_risk") is None,
                 "a deadline alert or risk warning fired")
     globals()[f"_fault_{n}"](run, v, f, fault)
     if v.row["recovery_seconds"] is not None:
@@ -143,9 +142,9 @@ def _retried_batch(run, v, f, fault, dag, index, how, retried: bool = True) -> N
     """A batch struck while it ran: its partial written after the fault, from its first claim;
     with ``retried``, by another attempt, which the task instance and the report both show."""
     ws = f["ws"]
-    metrics = _json(ws.metrics_path(index)) or {}
+    metrics = ws.metrics(index)
     ti = _ti(run, dag, "batch.submit", index - 1)
-    v.check(ws.claim_path(index).is_file() and ws.claim_path(index).read_text() == fault.get("claim"),
+    v.check(ws.claim_of(index) is not None and ws.claim_of(index) == fault.get("claim"),
             f"batch {index}'s claim changed after the fault")
     v.check(metrics.get("unit_ids") == (f["claims"].get(index) or {}).get("units"),
             f"batch {index}'s partial is not of its claim")
@@ -177,7 +176,7 @@ def _fault_3(run, v, f, fault):
     done = fault.get("recovered_at")
     v.check(bool(done), "the restarted triggerer never held every trigger")
     v.row["recovery_seconds"] = (done - fault["at"]) if done else None
-    plan = _json(f["ws"].root / "plan.json") or {}
+    plan = f["ws"].doc("plan") or {}
     v.check(sorted(f["claims"]) == sorted(b["index"] for b in plan.get("batches", [])),
             f"not every batch claimed: {sorted(f['claims'])}")
 
@@ -231,7 +230,7 @@ def _fault_9(run, v, f, fault):
     late = f["late"]
     v.check(bool(late), "no unit landed late")
     v.check(f["report"].get("late_units") == late, f"the report's late units {f['report'].get('late_units')}")
-    v.check((_json(f["ws"].root / "late.json") or {}).get("units") == late, "late.json does not list them")
+    v.check((f["ws"].doc("late") or {}).get("units") == late, "late.json does not list them")
     v.check(not set(late) & set(f["claimed"]), "a late unit was claimed")
     v.check(f["manifest"].get("partial") is True, "the result is not marked partial")
     v.row["detected_by"] = "the final task: units no batch claimed are recorded in late.json; result partial"
@@ -248,8 +247,8 @@ def _fault_10(run, v, f, fault):
 
 
 def _fault_11(run, v, f, fault):
-    risk = _json(f["ws"].root / "deadline_risk.json")
-    plan = _json(f["ws"].root / "plan.json") or {}
+    risk = f["ws"].doc("deadline_risk")
+    plan = f["ws"].doc("plan") or {}
     v.check(bool(risk) and bool(risk.get("reason")), "the risk notifier did not fire (no deadline_risk.json)")
     v.check(plan.get("plan", {}).get("feasible") is False, "the plan was feasible")
     v.check(_alert(run, "f_tight") is not None, "the Deadline Alert did not fire")
@@ -267,10 +266,10 @@ def _fault_12(run, v, f, fault):
     v.check(fault.get("alert_seen") is True and _alert(run, "f_fail") is not None, "the Deadline Alert did not fire")
     claims = fault.get("claims") or {}
     for i in (1, 2):
-        v.check(claims.get(i) is not None and f["ws"].claim_path(i).read_text() == claims.get(i),
+        v.check(claims.get(i) is not None and f["ws"].claim_of(i) == claims.get(i),
                 f"batch {i}'s claim changed in the rerun")
     before = (fault.get("metrics_before") or {}).get(1) or {}
-    after = _json(f["ws"].metrics_path(1)) or {}
+    after = f["ws"].metrics(1)
     v.check(bool(before) and before.get("written_at") == after.get("written_at"),
             "batch 1's written partial was not reused")
     v.check(_ti(run, "f_fail", "batch.submit", 0).get("try_number") == 1, "batch 1 ran again")

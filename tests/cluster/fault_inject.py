@@ -13,6 +13,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from iqp_dev.procs import alive as _alive
@@ -32,8 +33,8 @@ def wait_for(cond: Callable[[], Any], timeout: float = WAIT_S, poll: float = 0.1
 
 def pausing(run, dag: str, index: int) -> bool:
     """The batch wrote its partial to its temporary directory and pauses before the rename."""
-    ws = run.window(dag)
-    return any((p / "_SUCCESS").exists() for p in ws.partials_dir.glob(f".batch-{index:04d}.tmp-*"))
+    partial = Path(run.window(dag).partial_uri(index))  # its temporary directories are hidden siblings
+    return any((p / "_SUCCESS").exists() for p in partial.parent.glob(f".{partial.name}.tmp-*"))
 
 
 def ti_of(run, dag: str, task_id: str, map_index: int = -1) -> dict | None:
@@ -43,9 +44,9 @@ def ti_of(run, dag: str, task_id: str, map_index: int = -1) -> dict | None:
     return None
 
 
-def claim_text(run, dag: str, index: int) -> str | None:
-    path = run.window(dag).claim_path(index)
-    return path.read_text() if path.is_file() else None
+def claim_of(run, dag: str, index: int) -> dict | None:
+    """Batch ``index``'s claim as it is now, or None before it claimed."""
+    return run.window(dag).claim_of(index)
 
 
 def _record(run, n: int, **what) -> dict:
@@ -84,7 +85,7 @@ def phase1(run) -> None:
                                 if t and t["state"] == "running"), None), timeout=120, poll=0.3)
     if ti and wait_for(lambda: pausing(run, "f_conn", 1), timeout=60):
         pids = cl.task_pids(ti["id"])
-        fault = _record(run, 2, batch=1, ti=ti, pids=pids, claim=claim_text(run, "f_conn", 1))
+        fault = _record(run, 2, batch=1, ti=ti, pids=pids, claim=claim_of(run, "f_conn", 1))
         for pid in pids:
             cl_kill(pid)
         if not pids:
@@ -96,7 +97,7 @@ def phase1(run) -> None:
     # never comes, 15 s before the window's end), down for 8 s.
     ws = run.window("f_conn")
     spec = run.specs["f_conn"]
-    wait_for(lambda: ws.metrics_path(1).is_file() and ws.metrics_path(2).is_file() and not cl.task_pids(),
+    wait_for(lambda: ws.metrics(1) and ws.metrics(2) and not cl.task_pids(),
              timeout=max(5.0, spec["anchor"] + spec["window"] - 15 - time.time()), poll=0.3)
     fault = _record(run, 4, component="scheduler", pid=cl.pid("scheduler"), tasks_running=cl.task_pids())
     cl.kill("scheduler")
@@ -158,7 +159,7 @@ def _jvm_fault(run) -> None:
         _missed(run, 1, "f_submit's batch 1 never paused before its rename")
         return
     jvm = _submit_jvm(run, "f_submit", 1)
-    fault = _record(run, 1, batch=1, jvm=jvm, claim=claim_text(run, "f_submit", 1))
+    fault = _record(run, 1, batch=1, jvm=jvm, claim=claim_of(run, "f_submit", 1))
     if not jvm:
         _missed(run, 1, "no spark-submit JVM for f_submit's batch 1")
         return
@@ -196,7 +197,7 @@ def _worker_fault(run) -> None:
         _missed(run, 5, "f_submit's batch 2 never got an executor")
         return
     fault = _record(run, 5, component="spark-worker", batch=2, pid=cl.pid("spark-worker"), executor=executor,
-                    claim=claim_text(run, "f_submit", 2))
+                    claim=claim_of(run, "f_submit", 2))
     cl.kill("spark-worker")
     cl.wait_workers(0, timeout=60)
     fault["restart_seconds"] = cl.start("spark-worker")
@@ -208,11 +209,11 @@ def _connect_fault(run) -> None:
     Spark work there; then started again (which takes a JVM's start-up and its executor)."""
     cl = run.cluster
     ws = run.window("f_conn2")
-    if not wait_for(lambda: ws.claim_path(1).is_file(), timeout=150, poll=0.05):
+    if not wait_for(lambda: ws.has_claim(1), timeout=150, poll=0.05):
         _missed(run, 6, "f_conn2's batch 1 never claimed")
         return
     fault = _record(run, 6, component="spark-connect", batch=1, pid=cl.pid("spark-connect"),
-                    claim=claim_text(run, "f_conn2", 1))
+                    claim=claim_of(run, "f_conn2", 1))
     cl.kill("spark-connect")
     fault["restart_seconds"] = cl.start("spark-connect")
     fault["restarted_at"] = time.time()
@@ -232,16 +233,14 @@ def _watch_orphans(fault: dict) -> None:
 def rerun_after_fix(run) -> None:
     """Fault 12, once f_fail's run has failed: wait for its Deadline Alert's record, replace
     the bad file with a good one, clear the failed tasks, and wait for the rerun."""
-    from airflow_iqp.state import read_json
     from tests.cluster.fault_scenario import event_table, parquet_bytes, publish
 
     af = run.cluster.airflow
     dag, run_id = run.dag_id("f_fail"), run.runs["f_fail"]
     ws = run.window("f_fail")
     fault = _record(run, 12, failed_run=run.final.get("f_fail"), failed_tis=run.tis.get("f_fail"),
-                    claims={i: claim_text(run, "f_fail", i) for i in (1, 2)},
-                    metrics_before={i: (read_json(ws.metrics_path(i)) if ws.metrics_path(i).is_file() else None)
-                                    for i in (1, 2)})
+                    claims={i: claim_of(run, "f_fail", i) for i in (1, 2)},
+                    metrics_before={i: ws.metrics(i) or None for i in (1, 2)})
     record = run.state / "f_fail" / "deadline_missed" / f"{run_id.replace('/', '_').replace(':', '_')}.json"
     fault["alert_seen"] = bool(wait_for(record.is_file, timeout=max(
         10.0, run.specs["f_fail"]["anchor"] + run.specs["f_fail"]["window"] + run.specs["f_fail"]["offset"]

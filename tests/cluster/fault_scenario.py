@@ -163,11 +163,11 @@ def writer(run: Run, dag: str, stop: threading.Event) -> None:
 
 
 def _last_claimed(ws) -> bool:
-    plan = ws.root / "plan.json"
-    if not plan.is_file():
+    plan = ws.doc("plan")
+    if plan is None:
         return False
-    last = max(b["index"] for b in json.loads(plan.read_text())["batches"])
-    return ws.claim_path(last).is_file()
+    last = max(b["index"] for b in plan["batches"])
+    return ws.has_claim(last)
 
 
 # ---------------------------------------------------------------------------------- the run
@@ -195,9 +195,9 @@ class Run:
         return self.data / dag / wid(self.specs[dag]["anchor"])
 
     def window(self, dag: str):
-        from airflow_iqp.state import WindowState
+        from airflow_iqp.store import open_store
 
-        return WindowState(self.state, dag, wid(self.specs[dag]["anchor"]))
+        return open_store(self.state).window(dag, wid(self.specs[dag]["anchor"]))
 
     def dag_id(self, dag: str) -> str:
         return f"iqp_{dag}"

@@ -107,17 +107,15 @@ def window(tmp_path_factory):
 
 
 def window_state(run: dict, dag_id: str):
-    from airflow_iqp.state import WindowState, read_claims, read_json
+    from airflow_iqp.store import open_store
 
     query, _backend, state = DAGS[dag_id]
-    ws = WindowState(run["data"] / state, query, wid(run["start"]))
-    return ws, read_claims(ws), read_json(ws.root / "plan.json"), read_json(ws.root / "report.json")
+    ws = open_store(run["data"] / state).window(query, wid(run["start"]))
+    return ws, ws.claims(), ws.doc("plan"), ws.doc("report")
 
 
 @pytest.mark.parametrize("dag_id", list(DAGS))
 def test_window_result_equals_duckdb_with_every_unit_claimed_once(window, dag_id):
-    from airflow_iqp.state import read_json
-
     query, backend, _state = DAGS[dag_id]
     assert window["runs"][dag_id]["state"] == "success", (
         [(t["task_id"], t["map_index"], t["state"]) for t in window["tis"][dag_id]],
@@ -128,7 +126,7 @@ def test_window_result_equals_duckdb_with_every_unit_claimed_once(window, dag_id
     landed = sorted(p for p in window["landing"].iterdir() if p.is_dir() and not p.name.startswith("."))
     assert sorted(claimed) == [u.name for u in landed] and len(landed) == UNITS
     assert len(plan["batches"]) >= 2  # several partials merged by the final task
-    manifest = read_json(ws.result_manifest)
+    manifest = ws.manifest()
     assert manifest["backend"] == report["backend"] == backend and not report["partial"]
     import pyarrow.parquet as pq
 

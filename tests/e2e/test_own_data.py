@@ -173,18 +173,18 @@ def run(tmp_path_factory):
 def test_each_window_equals_duckdb_over_its_files_and_meets_its_deadline(run):
     import pyarrow.parquet as pq
 
-    from airflow_iqp.state import WindowState, read_claims, read_json
+    from airflow_iqp.store import open_store
 
     assert [r["state"] for r in run["runs"]] == ["success"] * 3, run["logs"]
     for i, (start, count) in enumerate(zip(run["starts"], COUNTS)):
         names = run["written"][start]
         assert len(names) == count
-        ws = WindowState(run["data"] / "state", "events_csv", wid(start))
-        claims = read_claims(ws)
+        ws = open_store(run["data"] / "state").window("events_csv", wid(start))
+        claims = ws.claims()
         units = [u for c in claims.values() for u in c["units"]]
         everything = names + (run["late"] if i == 1 else [])
         assert len(units) == len(set(units)) and sorted(units) == sorted(everything), "lost or counted twice"
-        report, manifest = read_json(ws.root / "report.json"), read_json(ws.result_manifest)
+        report, manifest = ws.doc("report"), ws.manifest()
         assert report["deadline_met"] and report["quarantined"] == []
         first = manifest["revisions"][0]
         assert sorted(first["units"]) == sorted(names) and first["written_at"] <= report["deadline_ts"]
@@ -204,11 +204,11 @@ def duckdb_csv(run, start, names) -> list[tuple]:
 
 
 def test_late_files_are_merged_by_the_next_run_as_a_second_revision(run):
-    from airflow_iqp.state import WindowState, read_json
+    from airflow_iqp.store import open_store
 
     assert len(run["late"]) == LATE
-    ws = WindowState(run["data"] / "state", "events_csv", wid(run["starts"][1]))
-    manifest, report = read_json(ws.result_manifest), read_json(ws.root / "report.json")
+    ws = open_store(run["data"] / "state").window("events_csv", wid(run["starts"][1]))
+    manifest, report = ws.manifest(), ws.doc("report")
     assert [r["revision"] for r in manifest["revisions"]] == [1, 2] == [r["revision"] for r in report["revisions"]]
     assert sorted(set(manifest["revisions"][1]["units"]) - set(manifest["revisions"][0]["units"])) == sorted(run["late"])
     late_tis = {t["task_id"]: t["state"] for t in run["tis"][2] if t["task_id"] in ("late_wait", "late")}
@@ -218,9 +218,9 @@ def test_late_files_are_merged_by_the_next_run_as_a_second_revision(run):
 
 
 def test_the_second_window_is_planned_from_the_first_and_gets_30_percent_more(run):
-    from airflow_iqp.state import WindowState, read_json
+    from airflow_iqp.store import open_store
 
-    first, second, third = (read_json(WindowState(run["data"] / "state", "events_csv", wid(s)).root / "plan.json")
+    first, second, third = (open_store(run["data"] / "state").window("events_csv", wid(s)).doc("plan")
                             for s in run["starts"])
     assert "12 units expected (rate hint)" in first["models"]
     assert "12 units expected (median of 1 earlier windows)" in second["models"]
@@ -236,21 +236,21 @@ def test_a_grid_blind_writers_files_each_count_once_in_the_window_they_arrived_i
     import duckdb
     import pyarrow.parquet as pq
 
-    from airflow_iqp.state import WindowState, read_claims, read_json
+    from airflow_iqp.store import open_store
 
     assert [r["state"] for r in run["all_runs"][f"iqp_{name}"]] == ["success"] * 3, run["logs"]
     arrived = run["arrived"][name]
     bad = sorted(p for p in arrived if Path(p).name.startswith("bad-"))
     claimed: list[str] = []
     for start in run["starts"]:
-        ws = WindowState(run["data"] / "state", name, wid(start))
+        ws = open_store(run["data"] / "state").window(name, wid(start))
         mine = sorted(p for p, at in arrived.items() if start <= at < start + W)
         good = [p for p in mine if p not in bad]
-        claims = read_claims(ws)
+        claims = ws.claims()
         files = [f for c in claims.values() for f in c["files"]]  # bad files too: claimed, then quarantined
         assert sorted(files) == mine, f"{ws.window_id}: claimed files are not the ones that arrived in it"
         claimed += files
-        report, manifest = read_json(ws.root / "report.json"), read_json(ws.result_manifest)
+        report, manifest = ws.doc("report"), ws.manifest()
         assert report["deadline_met"], report
         if name == "events_hive":  # units=4 undercounts: the last batch took the rest
             assert len(mine) > 4 and len(claims[max(claims)]["units"]) >= len(mine) - 4

@@ -141,16 +141,14 @@ def late(tmp_path_factory, tpch):
 
 
 def window(run, start):
-    from airflow_iqp.state import WindowState, read_claims, read_json
+    from airflow_iqp.store import open_store
 
-    ws = WindowState(run["data"] / "state", "cq2", wid(start))
-    return ws, read_claims(ws), read_json(ws.root / "plan.json"), read_json(ws.root / "report.json")
+    ws = open_store(run["data"] / "state").window("cq2", wid(start))
+    return ws, ws.claims(), ws.doc("plan"), ws.doc("report")
 
 
 def check_result(run, ws, unit_names):
-    from airflow_iqp.state import read_json
-
-    rows, cols = read_result(read_json(ws.result_manifest)["result"])
+    rows, cols = read_result(ws.manifest()["result"])
     units = [u for u in run["units"] if u.name in set(unit_names)]
     ref_cols, ref_rows = duckdb_reference("cq2", units, run["tpch"] / "static")
     assert cols == ref_cols == ["totalorders", "o_orderpriority"]
@@ -206,18 +204,16 @@ def test_slower_profile_fires_on_time_with_what_arrived_and_loses_nothing(slower
 
 
 def test_late_profile_records_late_units_and_marks_the_result_partial(late):
-    from airflow_iqp.state import read_json
-
     assert late["replay_rc"] == 0
     ws, claims, plan, report = window(late, late["start"])
     assert late["run"]["state"] == "success"
-    late_rec = read_json(ws.root / "late.json")
+    late_rec = ws.doc("late")
     assert late_rec["units"], "no unit was late"
     assert all(t > late["start"] + W for t in late_rec["arrival_times"])
     claimed = claimed_once(claims)
     assert not set(claimed) & set(late_rec["units"])
     assert sorted(claimed + late_rec["units"]) == [u.name for u in late["units"]]   # nothing lost
-    assert report["partial"] and read_json(ws.result_manifest)["partial"] is True
+    assert report["partial"] and ws.manifest()["partial"] is True
     check_result(late, ws, claimed)
     assert report["deadline_met"]
 

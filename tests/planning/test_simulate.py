@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_iqp.planning.paper import load_models, paper_scenario
+from benchmarks.paper import load_models, paper_scenario
 from airflow_iqp.planning.simulate import Scenario, estimate_total, simulate
 from airflow_iqp.planning.models import FixedRate
 

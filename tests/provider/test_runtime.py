@@ -11,9 +11,7 @@ from airflow_iqp.window.accounting import late_units
 from airflow_iqp.window.config import QueryConfig, window_id
 from airflow_iqp.window.plan import plan_window
 from airflow_iqp.window.readiness import LAST_UNIT_GRACE_S, batch_ready, claim_batch, fire_at
-from airflow_iqp.state import (
-    WindowState, append_cost_fit, append_cost_history, atomic_write_json, claim_units, note_seen, read_claims,
-)
+from airflow_iqp.store import open_store
 
 START = 1_800_000_000.0  # a window start, Unix seconds
 
@@ -59,7 +57,7 @@ def test_backfill_of_a_complete_window_is_one_batch(tmp_path):
 
 
 def test_readiness_lists_the_units_only_once_enough_names_are_there(tmp_path):
-    from airflow_iqp.state import count_landed
+    from airflow_iqp.landing import count_names
 
     c = cfg(tmp_path)
     wp = plan_window(c, START, START + 240, START + 340, now=START)
@@ -67,12 +65,12 @@ def test_readiness_lists_the_units_only_once_enough_names_are_there(tmp_path):
     n = first.cumulative
     assert len(wp.batches) > 1 and n > 1
     landing = tmp_path / "landing"
-    assert count_landed(landing) == 0 and batch_ready(first, START + 1) is None
+    assert count_names(landing) == 0 and batch_ready(first, START + 1) is None
     land(landing, n - 1)
     (landing / f".{n - 1:06d}.tmp").mkdir()  # in flight: not counted
-    assert count_landed(landing) == n - 1 and batch_ready(first, START + 1) is None
+    assert count_names(landing) == n - 1 and batch_ready(first, START + 1) is None
     (landing / f"{n - 1:06d}").mkdir()  # a name, but not a complete unit yet: counted, then listed
-    assert count_landed(landing) == n and batch_ready(first, START + 1) is None
+    assert count_names(landing) == n and batch_ready(first, START + 1) is None
     for f in ("orders.parquet", "lineitem.parquet"):
         (landing / f"{n - 1:06d}" / f).write_bytes(b"x")
     assert batch_ready(first, START + 1) == "units"
@@ -81,8 +79,8 @@ def test_readiness_lists_the_units_only_once_enough_names_are_there(tmp_path):
 def test_cost_model_comes_from_history_once_there_is_some(tmp_path):
     c = cfg(tmp_path)
     for units, secs in ((10, 21.0), (60, 23.0), (240, 30.0)):
-        append_cost_history(c.state_dir, query="cq2", kind="batch", units=units, batches=1, wall_seconds=secs - 9,
-                            backend=c.backend, end_to_end_seconds=secs)
+        open_store(c.state_dir).record_cost(query="cq2", kind="batch", units=units, batches=1, wall_seconds=secs - 9,
+                                            backend=c.backend, end_to_end_seconds=secs)
     wp = plan_window(c, START, START + 240, START + 340, now=START)
     assert "fitted to 3 batches measured from claim to partial" in wp.models
     assert wp.plan.sizes == [240]   # 30 s for the whole window: one batch after it fits
@@ -98,7 +96,6 @@ def test_readiness_is_units_or_latest_start_whichever_first(tmp_path):
     assert batch_ready(b1, b1.latest_start_ts, arrived=0) == "time"
     # Batch 2 waits for batch 1's claim even when its units are there.
     assert batch_ready(b2, START + 1, arrived=240) is None
-    WindowState(b1.state_dir, "cq2", b1.window_id).claim_path(1).parent.mkdir(parents=True)
     claim_batch(b1)
     assert batch_ready(b2, START + 1, arrived=240) == "units"
     # The last batch never fires before the window's end plus grace: the count of units is
@@ -133,12 +130,12 @@ def test_claims_take_every_arrived_unit_once_and_late_units_are_recorded(tmp_pat
     m3 = claim_batch(wp.batches[2])
     assert len(m3["units"]) == 0                        # nothing new: the batch will skip
     land(landing, 3, first=170, mtime=START - 999)      # a writer's mtime is not when they arrived
-    ws = WindowState(c.state_dir, "cq2", wp.window_id)
-    note_seen(ws, ["000170", "000171", "000172"], START + 400)
+    ws = open_store(c.state_dir).window("cq2", wp.window_id)
+    ws.note_seen(["000170", "000171", "000172"], START + 400)
     late = late_units(wp.batches[0], START)
     assert late["units"] == ["000170", "000171", "000172"] and late["arrival_times"] == [START + 400] * 3
-    ws = WindowState(c.state_dir, "cq2", wp.window_id)
-    claimed = [u for m in read_claims(ws).values() for u in m["units"]]
+    ws = open_store(c.state_dir).window("cq2", wp.window_id)
+    claimed = [u for m in ws.claims().values() for u in m["units"]]
     assert len(claimed) == len(set(claimed)) == 170
 
 
@@ -248,7 +245,7 @@ def test_the_fused_tail_starts_its_lead_before_the_end_then_waits_in_process_and
     manifest = wait_and_claim(tail.with_(ready_ts=at, latest_start_ts=at), sleep=sleep)
     assert time.time() >= at and len(polls) >= 3
     assert manifest["units"] == [f"{i:06d}" for i in range(6) if f"{i:06d}" not in before]
-    claims = read_claims(WindowState(c.state_dir, c.query, wp.window_id))
+    claims = open_store(c.state_dir).window(c.query, wp.window_id).claims()
     every = [u for m in claims.values() for u in m["units"]]
     assert sorted(every) == [f"{i:06d}" for i in range(6)] and len(every) == len(set(every))
     # A retry re-reads the claim instead of taking units that landed since.
@@ -275,11 +272,11 @@ def test_a_before_batch_not_claimed_by_the_window_end_leaves_its_units_to_the_la
     assert fold_into_tail(late, tail, tail.ready_ts)["units"] == []
     for entry in tail.before[2:]:
         fold_into_tail(entry, tail, tail.ready_ts)
-    ws = WindowState(c.state_dir, c.query, wp.window_id)
+    ws = open_store(c.state_dir).window(c.query, wp.window_id)
     assert fold_into_tail(late, tail, tail.ready_ts + 5) is None  # claimed already: a retry changes nothing
     manifest = wait_and_claim(tail.with_(ready_ts=time.time()))  # the window's end has come
     assert manifest["units"] == [f"{i:06d}" for i in range(first.cumulative, 6)]
-    assert [len(read_claims(ws)[b.index]["units"]) for b in tail.before[1:]] == [0] * (len(tail.before) - 1)
+    assert [len(ws.claims()[b.index]["units"]) for b in tail.before[1:]] == [0] * (len(tail.before) - 1)
 
 
 def test_dispatch_is_planned_per_batch_and_a_fused_tail_dispatches_before_the_end(tmp_path):
@@ -316,11 +313,11 @@ def test_cost_scale_plans_as_if_the_calibrated_costs_were_that_much_longer(tmp_p
            "final_agg": {"kind": "piecewise_linear", "points": [[1, 0.3], [4, 0.4]]}}
     fast, slow = tmp_path / "fast", tmp_path / "slow"
     for state, factor in ((fast, 1.0), (slow, 1.5)):
-        append_cost_fit(state, query="cq3", backend="spark-connect", overhead_seconds=0.4,
-                        cost={"kind": "piecewise_linear", "points": [[x, y * factor]
-                                                                         for x, y in fit["cost"]["points"]]},
-                        final_agg={"kind": "piecewise_linear", "points": [[x, y * factor] for x, y in
-                                                                          fit["final_agg"]["points"]]})
+        open_store(state).record_fit(query="cq3", backend="spark-connect", overhead_seconds=0.4,
+                                     cost={"kind": "piecewise_linear", "points": [[x, y * factor]
+                                                                                  for x, y in fit["cost"]["points"]]},
+                                     final_agg={"kind": "piecewise_linear", "points": [[x, y * factor] for x, y in
+                                                                                       fit["final_agg"]["points"]]})
     common = dict(query="cq3", units=300, rate=1.0, backend="spark-connect", fuse_tail=True, margin=2.0,
                   landing=str(tmp_path / "landing"))
     scaled_cfg = QueryConfig(**common, state_dir=str(fast), cost_scale=1.5)
@@ -464,28 +461,26 @@ def test_cluster_turn_leaves_the_cluster_to_a_batch_due_earlier_that_is_about_to
                              "cost": 2.0, "remaining_cost": 2.5, **kw})
 
     early = entry("cq1", now + 3, now + 0.5)  # 2 s of q1 first, then its 2 s and merge: 4.5 s, late
-    ws = WindowState(state, "cq1", "w")
-    ws.root.mkdir(parents=True)
-    atomic_write_json(ws.root / "plan.json", {"batches": [early.to_dict()]})
+    ws = open_store(state).window("cq1", "w")
+    ws.write_doc("plan", {"batches": [early.to_dict()]})
     late = entry("q1", now + 60, now)
 
     def claim_early():
         _time.sleep(0.8)
-        claim_units(ws, 1, ["000001"], [])
+        ws.claim(1, ["000001"], [])
 
     t = threading.Thread(target=claim_early)
     t.start()
     t0 = _time.time()
     with cluster_turn(late, slots=1, poll=0.01):
         waited = _time.time() - t0
-        assert ws.claim_path(1).exists()  # it started only once the earlier-due batch had claimed
+        assert ws.has_claim(1)  # it started only once the earlier-due batch had claimed
     t.join()
     assert 0.6 < waited < 5
     # Overdue by more than the grace: not coming, holds nothing back.
     stale = entry("cq2", now + 10, now - 60)
-    ws2 = WindowState(state, "cq2", "w")
-    ws2.root.mkdir(parents=True)
-    atomic_write_json(ws2.root / "plan.json", {"batches": [stale.to_dict()]})
+    ws2 = open_store(state).window("cq2", "w")
+    ws2.write_doc("plan", {"batches": [stale.to_dict()]})
     assert now - 60 + UPCOMING_GRACE_S < _time.time()
     t0 = _time.time()
     with cluster_turn(entry("q4", now + 70, now), slots=1, poll=0.01):
@@ -493,25 +488,23 @@ def test_cluster_turn_leaves_the_cluster_to_a_batch_due_earlier_that_is_about_to
     # Ready before this one is done, but its query meets its deadline after it: nothing held back.
     roomy = [entry("cq3", now + 22, now + 0.5, last=False, remaining_cost=3.5),
              entry("cq3", now + 22, now + 20, index=2, cost=1.0, remaining_cost=1.5)]
-    ws3 = WindowState(state, "cq3", "w")
-    ws3.root.mkdir(parents=True)
-    atomic_write_json(ws3.root / "plan.json", {"batches": [e.to_dict() for e in roomy]})
+    ws3 = open_store(state).window("cq3", "w")
+    ws3.write_doc("plan", {"batches": [e.to_dict() for e in roomy]})
     t0 = _time.time()
     with cluster_turn(entry("q6", now + 80, _time.time()), slots=1, poll=0.01):
-        assert _time.time() - t0 < 0.5 and not ws3.claim_path(1).exists()
+        assert _time.time() - t0 < 0.5 and not ws3.has_claim(1)
     # A fused tail holds the cluster through its merge (planned=): its batch alone (0.5 s)
     # leaves cq4 time, batch and merge (3 s) do not.
     t1 = _time.time()
     due = [entry("cq4", t1 + 3.0, t1 + 0.2, cost=1.0, remaining_cost=1.5)]
-    ws4 = WindowState(state, "cq4", "w")
-    ws4.root.mkdir(parents=True)
-    atomic_write_json(ws4.root / "plan.json", {"batches": [e.to_dict() for e in due]})
+    ws4 = open_store(state).window("cq4", "w")
+    ws4.write_doc("plan", {"batches": [e.to_dict() for e in due]})
     tail = entry("q10", now + 90, t1, cost=0.5, remaining_cost=3.0)
     with cluster_turn(tail, slots=1, poll=0.01):
-        assert _time.time() - t1 < 0.5 and not ws4.claim_path(1).exists()
-    threading.Timer(0.6, lambda: claim_units(ws4, 1, ["000002"], [])).start()
+        assert _time.time() - t1 < 0.5 and not ws4.has_claim(1)
+    threading.Timer(0.6, lambda: ws4.claim(1, ["000002"], [])).start()
     with cluster_turn(tail, slots=1, poll=0.01, planned=tail.remaining_cost):
-        assert ws4.claim_path(1).exists() and _time.time() - t1 >= 0.6
+        assert ws4.has_claim(1) and _time.time() - t1 >= 0.6
 
 
 def test_a_batch_is_held_back_only_if_the_query_due_earlier_would_then_finish_late(tmp_path):
@@ -537,7 +530,7 @@ def test_a_batch_is_held_back_only_if_the_query_due_earlier_would_then_finish_la
     # Planned with cost_scale 2: the gate reckons with half the planned seconds.
     halved = [e.with_(cost=2 * e.cost, remaining_cost=2 * e.remaining_cost, cost_scale=2.0) for e in plan]
     assert coming(halved, 117.0, 4.0) == [] and [e.index for e in coming(halved, 117.0, 8.0)] == [2]
-    claim_units(WindowState(tmp_path, "cq1", "w"), 2, ["000001"], [])
+    open_store(tmp_path).window("cq1", "w").claim(2, ["000001"], [])
     assert coming(plan, 117.0, 8.0) == []  # claimed: it has its place at the gate
 
 

@@ -4,7 +4,6 @@ everything present at the window's end plus ``grace``."""
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
@@ -14,8 +13,7 @@ from airflow_iqp.window.config import QueryConfig
 from airflow_iqp.window.costs import expected_units
 from airflow_iqp.window.plan import plan_window, store_plan
 from airflow_iqp.window.readiness import batch_ready, claim_batch, fire_at
-from airflow_iqp.window.replan import effective
-from airflow_iqp.state import WindowState, atomic_write_json, read_claims
+from airflow_iqp.store import open_store
 from airflow_iqp.streams import Stream
 
 START = 1_800_000_000.0
@@ -42,8 +40,8 @@ def land(landing, names, mtime):
 
 def history(state, counts):
     for i, c in enumerate(counts):
-        atomic_write_json(state / "rev" / f"2026010{i}T000000" / "arrivals.json",
-                          {"offsets": [0.0] * c, "units": [f"u{j}" for j in range(c)]})
+        open_store(state).window("rev", f"2026010{i}T000000").write_doc(
+            "arrivals", {"offsets": [0.0] * c, "units": [f"u{j}" for j in range(c)]})
 
 
 def test_the_estimate_is_the_median_of_earlier_windows_else_the_rate_hint(tmp_path):
@@ -80,7 +78,7 @@ def test_an_unknown_total_maps_checkpoints_and_a_last_batch_at_the_end_plus_grac
 
 
 def _claimed(c, wp) -> list[str]:
-    claims = read_claims(WindowState(c.state_dir, "rev", wp.window_id))
+    claims = open_store(c.state_dir).window("rev", wp.window_id).claims()
     return [u for m in claims.values() for u in m["units"]]
 
 
@@ -102,7 +100,7 @@ def test_a_checkpoint_runs_a_batch_only_when_the_rest_would_not_fit_after_the_wi
     assert batch_ready(check2, START + 80) == "time"
     claim = claim_batch(check2, START + 80)
     assert len(claim["units"]) == 35                                        # 52 expected now: run what is in
-    doc = json.loads((WindowState(c.state_dir, "rev", wp.window_id).root / "replan.json").read_text())
+    doc = open_store(c.state_dir).window("rev", wp.window_id).doc("replan")
     assert doc["after"] == 2 and doc["ran"] and doc["expected_total"] == 53
     land(landing, [f"w-{i:03d}.csv" for i in range(35, 52)], START + 110)
     last = wp.batches[-1]
@@ -148,7 +146,7 @@ def test_the_late_batch_of_the_window_before_fires_lateness_after_its_end_and_cl
     # Not before the window's first revision is written (its final step may still run) ...
     assert batch_ready(entry, entry.ready_ts) is None
     assert batch_ready(entry, entry.deadline_ts + 15) == "time"   # ... unless it never is
-    atomic_write_json(WindowState(c.state_dir, "rev", wp.window_id).result_manifest, {"units": []})
+    open_store(c.state_dir).window("rev", wp.window_id).write_manifest({"units": []})
     assert batch_ready(entry, entry.ready_ts) == "time"
     assert sorted(claim_batch(entry)["units"]) == ["w-late-1.csv", "w-late-2.csv"]
     with pytest.raises(ConfigError, match="'record' or 'merge'"):

@@ -12,7 +12,7 @@ import pytest
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.landing import PARTITION_SEP, list_units, partitions_between
-from airflow_iqp.state import WindowState, read_claims
+from airflow_iqp.store import open_store
 from airflow_iqp.streams import Stream
 from airflow_iqp.window.accounting import late_units
 from airflow_iqp.window.config import QueryConfig
@@ -144,7 +144,7 @@ def test_each_file_of_a_flat_directory_is_claimed_once_across_consecutive_window
         assert batch_ready(last, end + last.grace) == "time"
         for b in wp.batches:  # every batch fires by the window's end; the last claims the rest
             claim_batch(b, now=end)
-        claims = read_claims(WindowState(tmp_path / "state", "clicks", wp.window_id))
+        claims = open_store(tmp_path / "state").window("clicks", wp.window_id).claims()
         window_units = [u for m in claims.values() for u in m["units"]]
         assert window_units == [f"c-{i:02d}.csv" for i, at in enumerate(arrivals) if start <= at < end]
         claimed += window_units
@@ -166,7 +166,7 @@ def test_a_file_that_arrived_in_a_window_but_shows_up_after_its_last_claim_is_th
     wp2 = plan_window(cfg2, T0 + W, T0 + 2 * W, T0 + 2 * W + 60, now=T0 + W)
     for b in wp2.batches:
         claim_batch(b, now=T0 + 2 * W)
-    claims2 = read_claims(WindowState(tmp_path / "state", "clicks", wp2.window_id))
+    claims2 = open_store(tmp_path / "state").window("clicks", wp2.window_id).claims()
     assert [u for m in claims2.values() for u in m["units"]] == []
 
 
@@ -184,7 +184,7 @@ def test_units_is_a_hint_the_last_batch_claims_every_file_that_arrived_past_the_
         drop(landing, f"c-{i}.csv", T0 + 60 + i)
     assert batch_ready(last, T0 + W + cfg.grace) == "units"  # the count is there, and the window's end
     claim_batch(last, now=T0 + W)
-    claims = read_claims(WindowState(tmp_path / "state", "clicks", wp.window_id))
+    claims = open_store(tmp_path / "state").window("clicks", wp.window_id).claims()
     every = sorted(u for m in claims.values() for u in m["units"])
     assert every == [f"c-{i}.csv" for i in range(7)]
     assert {"c-4.csv", "c-5.csv", "c-6.csv"} <= set(claims[last.index]["units"])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -14,8 +13,9 @@ import pytest
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.query import decompose
 from airflow_iqp.query.store import Saved
-from airflow_iqp.spark.steps import expected_columns, inspect_files
+from airflow_iqp.filecheck import expected_columns, inspect_files
 from airflow_iqp.landing import count_names, list_units
+from airflow_iqp.store import open_store
 from airflow_iqp.streams import TPCH, Stream, as_streams, files_of
 
 
@@ -148,7 +148,7 @@ def test_quarantine_mode_takes_the_bad_units_out_and_names_them(window):
 
 
 def test_the_first_units_schema_is_recorded_and_binds_later_batches(window, tmp_path):
-    record = tmp_path / "state" / "q" / "schema"
+    record = open_store(tmp_path / "state").query("q")
     assert expected_columns(Stream("events"), str(window / "1.parquet"), record) == {"k": "STRING", "x": "BIGINT"}
     # A later batch whose first file has another schema is still checked against the record.
     assert expected_columns(Stream("events"), str(window / "5.parquet"), record) == {"k": "STRING", "x": "BIGINT"}
@@ -159,7 +159,7 @@ def test_the_first_units_schema_is_recorded_and_binds_later_batches(window, tmp_
 def test_a_corrupt_file_leading_a_batch_is_quarantined_not_taken_for_the_columns(window, tmp_path):
     """The columns come from the first readable file: a corrupt one leading the batch is
     quarantined (it used to fail the batch while the columns were read from it)."""
-    record = tmp_path / "state" / "q" / "schema"
+    record = open_store(tmp_path / "state").query("q")
     files = [str(window / "3.parquet"), str(window / "2.parquet")]
     ins = inspect_files(files, _saved(Stream("events", on_bad_unit="quarantine")), record)
     assert ins.files == [files[1]] and [q["unit"] for q in ins.quarantined] == ["3.parquet"]
@@ -169,12 +169,12 @@ def test_a_corrupt_file_leading_a_batch_is_quarantined_not_taken_for_the_columns
 def test_the_windows_first_good_unit_sets_the_columns_whatever_batch_runs_first(window, tmp_path):
     """A later batch that runs first, led by a wrong-schema unit, takes the columns from the
     window's earlier claimed units: the wrong-schema unit is quarantined, not made the rule."""
-    record = tmp_path / "state" / "q" / "schema"
+    record = open_store(tmp_path / "state").query("q")
     claimed = [str(window / "3.parquet"), str(window / "1.parquet"),    # batch 1: corrupt, good
                str(window / "4.parquet"), str(window / "2.parquet")]    # batch 2: wrong schema, good
     ins = inspect_files(claimed[2:], _saved(Stream("events", on_bad_unit="quarantine")), record, claimed=claimed)
     assert ins.files == [claimed[3]] and [q["unit"] for q in ins.quarantined] == ["4.parquet"]
-    assert json.loads((record / "events.json").read_text())["taken_from"] == claimed[1]
+    assert record.columns("events")["taken_from"] == claimed[1]
 
 
 def test_csv_and_json_units_are_parsed_with_the_expected_types(tmp_path):

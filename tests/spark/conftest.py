@@ -27,9 +27,10 @@ def tpch_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def units(tpch_dir) -> list[Path]:
-    from airflow_iqp.state import list_ready_units
+    from airflow_iqp.landing import list_units
+    from airflow_iqp.streams import TPCH
 
-    found = list_ready_units(tpch_dir / "units")
+    found = list_units(tpch_dir / "units", TPCH)
     assert len(found) == N_UNITS
     return found
 

@@ -14,9 +14,8 @@ from tests.unit.support import START, TI, context
 
 from airflow_iqp.query import decompose
 from airflow_iqp.query.store import Saved, save_query
-from airflow_iqp.spark.batch_job import execute_planned_batch
-from airflow_iqp.spark.final_job import execute_final
-from airflow_iqp.state import read_json
+from airflow_iqp.spark.batch import batch_work, execute_batch
+from airflow_iqp.spark.merge import execute_final
 from airflow_iqp.streams import Stream
 from airflow_iqp.window.config import window_id
 from airflow_iqp.window.readiness import claim_batch
@@ -69,15 +68,16 @@ def test_two_bad_files_under_the_default_leave_a_partial_result_from_the_good_on
     assert [q["unit"] for q in first["quarantined"]] == ["0003.csv"]
     assert [q["unit"] for q in second["quarantined"]] == ["0005.csv"]
     for b in batches:
-        metrics = execute_planned_batch(spark, b, history=False)
+        metrics = execute_batch(spark, batch_work(b.window_state(), b.index, b.static or None),
+                                backend="spark-submit", history=False)
         assert metrics["units"] == 2 and metrics["rows_in"] == 24                # the claim's rows, not read again
 
     op = FinalOperator(task_id="final", query="clicks_q", plan=[b.to_dict() for b in batches], state_dir=str(state))
-    op._strategy.run_final = lambda query, window_dir, **_: execute_final(spark, query, window_dir, history=False)
+    op._strategy.run_final = lambda ws, **_: execute_final(spark, ws, backend="spark-submit", history=False)
     report = op.execute(context(TI("final")))
 
     ws = batches[0].window_state()
-    manifest = read_json(ws.result_manifest)
+    manifest = ws.manifest()
     good = [landing / n for n in names if n not in BAD]
     assert sorted(manifest["units"]) == sorted(p.name for p in good)
     got = [tuple(r.values()) for r in pq.read_table(manifest["result"]).to_pylist()]

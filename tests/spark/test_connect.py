@@ -12,26 +12,33 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from tests.batches import tpch_files
 from tests.reference import assert_same_rows, duckdb_reference
 
 from iqp_dev.local_airflow import free_port
 from airflow_iqp.window.config import QueryConfig
 from airflow_iqp.window.costs import cost_models
-from airflow_iqp.spark.batch_job import execute_batch
+from airflow_iqp.landing import list_units
+from airflow_iqp.spark.batch import batch_work, execute_batch
 from airflow_iqp.spark.calibrate import calibrate, default_sizes
 from airflow_iqp.spark.connect import (
     CONNECT_MODE_VAR, connect_session, server_status, start_server, stop_server,
 )
-from airflow_iqp.spark.final_job import execute_final
+from airflow_iqp.spark.merge import execute_final
 from airflow_iqp.spark.submit import submit_env
 from airflow_iqp.spark.window import run_window, split_consecutive
-from airflow_iqp.state import WindowState, claim_units, list_ready_units, read_cost_history, unit_files
+from airflow_iqp.store import WindowState, open_store
+from airflow_iqp.streams import TPCH
 
 pytestmark = pytest.mark.spark
+
+#: The backend of the jobs run here on the Connect session, as their metrics and the cost history record it.
+BACKEND = "spark-connect"
 
 
 
@@ -55,12 +62,12 @@ def _connect_window(spark, qid, tpch_dir, units, k, out) -> WindowState:
     from airflow_iqp.query.catalogue import get_query
 
     query = get_query(qid)
-    ws = WindowState(out, qid, "w0")
+    ws = open_store(out).window(qid, "w0")
     for b, chunk in enumerate(split_consecutive(units, k)):
-        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
-        m = execute_batch(spark, qid, ws.claim_path(b), str(tpch_dir / "static"), ws.partial_path(b))
+        ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
+        m = execute_batch(spark, batch_work(ws, b, str(tpch_dir / "static")), backend=BACKEND)
         assert m["backend"] == "spark-connect"
-    execute_final(spark, qid, ws.root, expect_units=len(units))
+    execute_final(spark, ws, backend=BACKEND, expect_units=len(units))
     return ws
 
 
@@ -81,13 +88,13 @@ def test_both_backends_in_one_process_give_identical_results(server, tpch_dir, u
         assert CONNECT_MODE_VAR not in submit_env()
         for q, ordered in (("cq3", False), ("q4", True)):
             run_window(q, tpch_dir, 2, tmp_path / "submit")  # real spark-submit processes, from this process
-            got_submit = _rows(WindowState(tmp_path / "submit", q, "w0").result_dir)
-            got_connect = _rows(connect[q].result_dir)
+            got_submit = _rows(open_store(tmp_path / "submit").window(q, "w0").result_uri)
+            got_connect = _rows(connect[q].result_uri)
             assert (got_connect if ordered else sorted(got_connect)) == \
                 (got_submit if ordered else sorted(got_submit)), f"{q}: connect and spark-submit differ"
             _cols, ref = duckdb_reference(q, units, tpch_dir / "static")
             assert_same_rows(got_connect, ref, ordered=ordered, label=f"{q} via Spark Connect")
-        hist = read_cost_history(tmp_path / "connect", query="q4")
+        hist = open_store(tmp_path / "connect").cost_history(query="q4")
         assert [(r["kind"], r["backend"]) for r in hist] == [("batch", "spark-connect")] * 2 + [
             ("final", "spark-connect")]
     finally:
@@ -103,7 +110,7 @@ def test_calibrate_on_the_server_stores_a_fit_the_planner_uses(server, tpch_dir,
     assert [r["batches"] for r in rep["finals"]] == [1, 2, 3]
     assert all(r["wall_seconds"] > 0 and r["cpu_seconds"] > 0 for r in rep["batches"] + rep["finals"])
     assert rep["overhead_seconds"] >= 0
-    fits = read_cost_history(state, "cq3", "fit", "spark-connect")
+    fits = open_store(state).cost_history("cq3", "fit", "spark-connect")
     assert len(fits) == 1 and fits[0]["cost"] == rep["cost"]
     cfg = dict(query="cq3", landing=str(tpch_dir / "units"), state_dir=str(state), units=6)
     cost, agg, source = cost_models(QueryConfig(**cfg, backend="spark-connect"))
@@ -117,8 +124,8 @@ def test_calibrate_on_the_server_stores_a_fit_the_planner_uses(server, tpch_dir,
     assert [r["units"] for r in rep["batches"]] == [1, 2, 3, 5]
     assert [r["batches"] for r in rep["finals"]] == [1, 2, 3]
     assert rep["cost"]["points"][-1][0] == 5
-    assert json.loads((tmp_path / "work" / "cq3" / "calibrate-3" / "claims" / "batch-0003.json").read_text())[
-        "units"] == [u.name for u in list_ready_units(tpch_dir / "units")[:5]]
+    assert open_store(tmp_path / "work").window("cq3", "calibrate-3").claim_of(3)["units"] == [
+        u.name for u in list_units(tpch_dir / "units", TPCH)[:5]]
 
 
 def test_warm_up_runs_every_query_on_the_server_and_records_nothing(server, tpch_dir, tmp_path, monkeypatch):
@@ -168,16 +175,15 @@ def test_calibrate_cli_errors_name_the_option(tpch_dir, tmp_path):
 def _saved_window(spark, saved, events_dir, k, out) -> WindowState:
     """A window of the event stream through the jobs' own functions, the query saved in the state."""
     from airflow_iqp.query.store import save_query
-    from airflow_iqp.landing import list_units
     from airflow_iqp.streams import files_of
 
-    ws = WindowState(out, saved.query.id, "w0")
+    ws = open_store(out).window(saved.query.id, "w0")
     save_query(out, saved)
     units = list_units(events_dir / "events", saved.streams)
     for b, chunk in enumerate(split_consecutive(units, k)):
-        claim_units(ws, b, [u.name for u in chunk], files_of(chunk, saved.streams))
-        execute_batch(spark, saved.query.id, ws.claim_path(b), None, ws.partial_path(b))
-    execute_final(spark, saved.query.id, ws.root, expect_units=len(units))
+        ws.claim(b, [u.name for u in chunk], files_of(chunk, saved.streams))
+        execute_batch(spark, batch_work(ws, b), backend=BACKEND)
+    execute_final(spark, ws, backend=BACKEND, expect_units=len(units))
     return ws
 
 
@@ -208,10 +214,10 @@ def test_a_users_sql_and_pyspark_functions_run_on_the_connect_server(server, eve
     spark = connect_session(server["url"])
     try:
         saved = Saved(decompose(sql, id="cats", streams=["events"], static=["categories"]), streams, static)
-        got = _rows(_saved_window(spark, saved, events_dir, 3, tmp_path / "sql").result_dir)
+        got = _rows(_saved_window(spark, saved, events_dir, 3, tmp_path / "sql").result_uri)
         assert_same_rows(got, duckdb_events(sql, events_dir)[1], ordered=True, label="SQL on Connect")
         custom = Saved(Query(id="custom", streams=("events",), partial=partial, final=final), streams)
-        got = _rows(_saved_window(spark, custom, events_dir, 2, tmp_path / "fn").result_dir)
+        got = _rows(_saved_window(spark, custom, events_dir, 2, tmp_path / "fn").result_uri)
         ref = duckdb_events("SELECT country, count(*) AS n, max(qty) AS q FROM events GROUP BY country", events_dir)[1]
         assert_same_rows(got, ref, ordered=False, label="functions on Connect")
     finally:
@@ -227,26 +233,26 @@ def test_a_fused_tail_sends_the_server_one_request_for_its_result(server, tpch_d
 
     spark = connect_session(server["url"])
     try:
-        query, ws = get_query("q10"), WindowState(tmp_path, "q10", "w0")
+        query, ws = get_query("q10"), open_store(tmp_path).window("q10", "w0")
         cuts = [units[:3], units[3:5], units[5:]]
         for b, chunk in enumerate(cuts):
-            claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
+            ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
         for b in (0, 1):
-            execute_batch(spark, "q10", ws.claim_path(b), str(tpch_dir / "static"), ws.partial_path(b))
-        written = read_written(spark, ws.root)  # while the tail waits for its last units
+            execute_batch(spark, batch_work(ws, b, str(tpch_dir / "static")), backend=BACKEND)
+        written = read_written(spark, ws)  # while the tail waits for its last units
         requests = []
         for name in ("_execute_and_fetch_as_iterator", "_analyze"):
             real = getattr(spark.client, name)
             monkeypatch.setattr(spark.client, name,
                                 lambda *a, _real=real, _name=name, **k: requests.append(_name) or _real(*a, **k))
-        manifest = execute_tail(spark, "q10", ws.root, 2, str(tpch_dir / "static"), written=written)
+        manifest = execute_tail(spark, ws, 2, str(tpch_dir / "static"), backend=BACKEND, written=written)
         monkeypatch.undo()
         assert requests == ["_execute_and_fetch_as_iterator"]
         # The small result came back with that one request and was written here, not by a Spark job.
-        part = next(ws.result_dir.glob("part-*.parquet"))
+        part = next(Path(ws.result_uri).glob("part-*.parquet"))
         assert "parquet-cpp" in pq.ParquetFile(part).metadata.created_by
         assert manifest["batches"] == [0, 1, 2] and len(manifest["units"]) == len(units)
         _cols, ref = duckdb_reference("q10", units, tpch_dir / "static")
-        assert_same_rows(_rows(ws.result_dir), ref, ordered=True, label="q10's fused tail on Connect")
+        assert_same_rows(_rows(ws.result_uri), ref, ordered=True, label="q10's fused tail on Connect")
     finally:
         spark.stop()

@@ -15,7 +15,8 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.inputs.profiles import PROFILES, arrival_offsets
 from airflow_iqp.inputs.replay import replay
 from airflow_iqp.spark.submit import build_pyfiles_zip, spark_submit_binary, submit_args, submit_spec
-from airflow_iqp.state import list_ready_units
+from airflow_iqp.landing import list_units
+from airflow_iqp.streams import TPCH
 
 N, RATE = 100, 2.0
 T = N / RATE
@@ -79,7 +80,7 @@ def test_replay_publishes_whole_units_in_order(tmp_path):
 
     def watch():  # a reader polling the landing dir must never see half a unit
         while not stop.is_set():
-            for u in list_ready_units(landing):
+            for u in list_units(landing, TPCH):
                 i = int(u.name)
                 assert (u / "orders.parquet").stat().st_size == 1000 * (i + 1)
                 assert (u / "lineitem.parquet").stat().st_size == 4000 * (i + 1)
@@ -95,7 +96,7 @@ def test_replay_publishes_whole_units_in_order(tmp_path):
         t.join()
     assert [r["unit"] for r in log] == [f"{i:06d}" for i in range(8)]
     assert all(r["published"] >= r["planned"] - 1e-3 for r in log)
-    assert [u.name for u in list_ready_units(landing)] == [f"{i:06d}" for i in range(8)]
+    assert [u.name for u in list_units(landing, TPCH)] == [f"{i:06d}" for i in range(8)]
     assert seen == sorted(seen)
     assert not [p for p in landing.iterdir() if p.name.startswith(".")]
 
@@ -118,7 +119,7 @@ def test_replay_cli_and_config_errors_exit_2(tmp_path):
                          "--to", str(tmp_path / "landing"), "--profile", "slower", "--speedup", "100", "--json"],
                         capture_output=True, text=True, timeout=60)
     assert ok.returncode == 0, ok.stderr
-    assert len(list_ready_units(tmp_path / "landing")) == 3
+    assert len(list_units(tmp_path / "landing", TPCH)) == 3
     bad = subprocess.run([sys.executable, "-m", "airflow_iqp.cli.main", "replay", "--from", str(tmp_path / "src"),
                           "--to", str(tmp_path / "l2"), "--profile", "wobbly"], capture_output=True, text=True,
                          timeout=60)
@@ -130,10 +131,10 @@ def test_replay_cli_and_config_errors_exit_2(tmp_path):
 
 
 def test_submit_args_and_pyfiles_zip(tmp_path, monkeypatch):
-    argv = submit_args("/x/batch_job.py", ["cq2", "m.json"], master="local[2]",
+    argv = submit_args("/x/batch_job.py", ["--work-file", "w.json", "--backend", "spark-submit"], master="local[2]",
                        conf={"spark.sql.shuffle.partitions": "8"}, py_files=["a.zip"])
     assert Path(argv[0]).name == "spark-submit" and argv[1:3] == ["--master", "local[2]"]
-    assert argv[-3:] == ["/x/batch_job.py", "cq2", "m.json"]
+    assert argv[-5:] == ["/x/batch_job.py", "--work-file", "w.json", "--backend", "spark-submit"]
     assert "spark.sql.shuffle.partitions=8" in argv and "spark.ui.enabled=false" in argv
     assert argv[argv.index("--py-files") + 1] == "a.zip"
     # without an activated venv (PATH lacks .venv/bin) the one beside this interpreter is found
@@ -142,18 +143,20 @@ def test_submit_args_and_pyfiles_zip(tmp_path, monkeypatch):
     remote = submit_args("app.py", [], master="spark://h:7077", spark_submit="/opt/spark/bin/spark-submit")
     assert remote[0] == "/opt/spark/bin/spark-submit"
     assert "spark.ui.enabled=false" not in remote
-    spec = submit_spec("/x/batch_job.py", ["cq2", 3], master="yarn", conf={"a": 1}, py_files=["p.zip", "q.zip"])
-    assert spec["application_args"] == ["cq2", "3"] and spec["py_files"] == "p.zip,q.zip"
+    spec = submit_spec("/x/final_job.py", ["--query", "cq2", "--expect-units", 3], master="yarn", conf={"a": 1},
+                       py_files=["p.zip", "q.zip"])
+    assert spec["application_args"] == ["--query", "cq2", "--expect-units", "3"] and spec["py_files"] == "p.zip,q.zip"
     assert spec["conf"] == {"spark.hadoop.fs.permissions.umask-mode": "027", "a": "1"}  # not world-readable
     z = build_pyfiles_zip(tmp_path / "pkg.zip")
     names = zipfile.ZipFile(z).namelist()
-    assert "airflow_iqp/spark/batch_job.py" in names and "airflow_iqp/state.py" in names
+    assert "airflow_iqp/spark/batch_job.py" in names and "airflow_iqp/store/local.py" in names
     assert not [n for n in names if "__pycache__" in n]
     # The zip alone is enough for a driver to load a saved, split query and the jobs: no sqlglot.
     from airflow_iqp.query.catalogue import get_query
 
     code = ("import sys, json; sys.path.insert(0, sys.argv[1]); import airflow_iqp.spark.batch_job, "
-            "airflow_iqp.spark.final_job; from airflow_iqp.query.model import Query; "
+            "airflow_iqp.spark.final_job, airflow_iqp.spark.batch, airflow_iqp.spark.merge, airflow_iqp.spark.tail; "
+            "from airflow_iqp.query.model import Query; "
             "import airflow_iqp.query.store as s; assert s.__file__.startswith(sys.argv[1]); "
             "q = Query.from_dict(json.loads(sys.argv[2])); print(q.id, 'sqlglot' in sys.modules)")
     out = subprocess.run([sys.executable, "-S", "-c", code, str(z), json.dumps(get_query("q9").to_dict())],

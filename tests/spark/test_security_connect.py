@@ -25,7 +25,7 @@ from airflow_iqp.spark.connect import (
     CONNECT_MODE_VAR, TOKEN_ENV, connect_url, server_status, start_server, stop_server, without_connect_mode,
 )
 from airflow_iqp.spark.steps import write_atomic
-from airflow_iqp.state import WindowState
+from airflow_iqp.store import open_store
 
 pytestmark = pytest.mark.spark
 
@@ -88,7 +88,7 @@ def test_the_hook_connects_with_the_connection_s_token_and_logs_none_of_it(serve
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_TOKEN", json.dumps(
         {"conn_type": "spark_connect", "host": "127.0.0.1", "port": server["port"], "password": TOKEN}))
-    ws = WindowState(tmp_path / "state", "q", "w")
+    ws = open_store(tmp_path / "state").window("q", "w")
     raw: dict[str, int] = {}
 
     def modes_before_rename(tmp):
@@ -99,7 +99,7 @@ def test_the_hook_connects_with_the_connection_s_token_and_logs_none_of_it(serve
     with caplog.at_level(logging.DEBUG):
         with IQPSparkHook("spark_connect_token").session("security-test") as spark:
             assert spark.range(7).count() == 7
-            write_atomic(spark.range(10), ws.partial_path(0), before_rename=modes_before_rename)
+            write_atomic(spark.range(10), ws.partial_uri(0), before_rename=modes_before_rename)
     assert os.environ.get(CONNECT_MODE_VAR) is None
     assert raw and {p: oct(m) for p, m in raw.items() if m & DENIED} == {}  # Spark's own writes, before our chmod
     out, err = capfd.readouterr()

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from tests.batches import tpch_files
 from tests.reference import assert_same_rows, duckdb_reference
 from reference_sql import REFERENCE_SQL
 
 from airflow_iqp.query.catalogue import get_query, list_queries
 from airflow_iqp.spark.steps import run_batch, run_final, write_atomic
 from airflow_iqp.spark.window import split_consecutive
-from airflow_iqp.state import unit_files
 
 pytestmark = pytest.mark.spark
 
@@ -36,7 +36,7 @@ def test_batched_result_equals_duckdb(qid, spark, units, tpch_dir, references, t
     for k in (1, 2, 3, 6):
         partials = []
         for b, chunk in enumerate(split_consecutive(units, k)):
-            df = run_batch(spark, query, unit_files(chunk), tpch_dir / "static")
+            df = run_batch(spark, query, tpch_files(chunk), tpch_dir / "static")
             partials.append(str(write_atomic(df, tmp_path / f"k{k}" / f"batch-{b:04d}")))
         result = run_final(spark, query, partials)
         assert result.columns == list(query.columns) == ref_cols, qid

@@ -2,39 +2,43 @@
 
 from __future__ import annotations
 
-import json
+import os
 import shutil
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.batches import tpch_files
 from tests.reference import assert_same_rows, duckdb_reference
+from tests.unit.support import rewrite_claim
 
 from airflow_iqp.errors import DataError
-from airflow_iqp.spark.batch_job import execute_batch
-from airflow_iqp.spark.final_job import execute_final
+from airflow_iqp.spark.batch import batch_work, execute_batch
+from airflow_iqp.spark.merge import execute_final
 from airflow_iqp.query.catalogue import get_query
 from airflow_iqp.spark.steps import run_batch, run_final, write_atomic
 from airflow_iqp.spark.window import split_consecutive
-from airflow_iqp.state import (
-    WindowState, atomic_write_json, claim_units, read_claims, read_cost_history, unit_files,
-)
+from airflow_iqp.store import WindowState, open_store
 
 pytestmark = pytest.mark.spark
 
+#: The backend the jobs run here are recorded as, in their metrics and the cost history.
+BACKEND = "spark-submit"
+
 
 def result_rows(spark, ws: WindowState) -> list[tuple]:
-    return [tuple(r) for r in spark.read.parquet(str(ws.result_dir)).collect()]
+    return [tuple(r) for r in spark.read.parquet(ws.result_uri).collect()]
 
 
 def run_window_inprocess(spark, qid, units, static, state, window="w", k=3) -> WindowState:
     query = get_query(qid)
-    ws = WindowState(state, qid, window)
+    ws = open_store(state).window(qid, window)
     for b, chunk in enumerate(split_consecutive(units, k)):
-        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
-        execute_batch(spark, qid, ws.claim_path(b), str(static), ws.partial_path(b))
-    execute_final(spark, qid, ws.root, expect_units=len(units))
+        ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
+        execute_batch(spark, batch_work(ws, b, str(static)), backend=BACKEND)
+    execute_final(spark, ws, backend=BACKEND, expect_units=len(units))
     return ws
 
 
@@ -62,28 +66,28 @@ def test_units_keep_orders_with_their_lineitems(units):
 def test_retried_batch_leaves_the_result_unchanged(spark, units, tpch_dir, tmp_path):
     ws = run_window_inprocess(spark, "q4", units, tpch_dir / "static", tmp_path)
     before = result_rows(spark, ws)
-    manifest_before = json.loads(ws.claim_path(1).read_text())
+    manifest_before = ws.claim_of(1)
     # a retry of batch 1: the claim returns the same manifest, the job overwrites only its partial
-    again = claim_units(ws, 1, ["000000"], ["/other"])
+    again = ws.claim(1, ["000000"], ["/other"])
     assert again == manifest_before
-    other_partial = sorted(p.name for p in ws.partial_path(0).iterdir())
-    execute_batch(spark, "q4", ws.claim_path(1), str(tpch_dir / "static"), ws.partial_path(1))
-    assert sorted(p.name for p in ws.partial_path(0).iterdir()) == other_partial
-    execute_final(spark, "q4", ws.root, expect_units=len(units))
+    other_partial = sorted(os.listdir(ws.partial_uri(0)))
+    execute_batch(spark, batch_work(ws, 1, str(tpch_dir / "static")), backend=BACKEND)
+    assert sorted(os.listdir(ws.partial_uri(0))) == other_partial
+    execute_final(spark, ws, backend=BACKEND, expect_units=len(units))
     after = result_rows(spark, ws)
     assert_same_rows(after, before, ordered=True, label="q4 after retry")
     cols, ref = duckdb_reference("q4", units, tpch_dir / "static")
     assert_same_rows(after, ref, ordered=True, label="q4 vs duckdb")
-    hist = read_cost_history(tmp_path, query="q4")
+    hist = ws.store.cost_history(query="q4")
     assert [r["kind"] for r in hist] == ["batch", "batch", "batch", "final", "batch", "final"]
     # Claimed and run outside Airflow (no attempts on record): no span from claim to output.
     assert all(r["end_to_end_seconds"] is None for r in hist)
-    metrics = json.loads(ws.metrics_path(1).read_text())
+    metrics = ws.metrics(1)
     assert metrics["units"] == 2 and metrics["rows_in"] > 0 and metrics["bytes"] > 0
-    assert metrics["rows_out"] == len(spark.read.parquet(str(ws.partial_path(1))).collect())
+    assert metrics["rows_out"] == len(spark.read.parquet(ws.partial_uri(1)).collect())
     assert metrics["task_seconds"] is not None and metrics["task_seconds"] > 0
     assert metrics["cpu_seconds"] > 0 and metrics["wall_seconds"] > 0
-    result_manifest = json.loads(ws.result_manifest.read_text())
+    result_manifest = ws.manifest()
     assert result_manifest["units"] == [u.name for u in units]
     assert result_manifest["batches"] == [0, 1, 2]
     assert len(result_manifest["files"]) == 2 * len(units)
@@ -96,26 +100,26 @@ def test_the_cost_history_has_each_batch_from_claim_to_partial_and_the_merge_fro
     import time
     from types import SimpleNamespace
 
-    from airflow_iqp.state import batch_name, read_json
+    from airflow_iqp.store import batch_name
     from airflow_iqp.window.accounting import record_attempt
 
-    ws = WindowState(tmp_path, "q4", "w")
+    ws = open_store(tmp_path).window("q4", "w")
     for b, chunk in enumerate(split_consecutive(units, 2)):
-        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, get_query("q4").streams))
-        record_attempt(ws.root, batch_name(b), SimpleNamespace(task_id="batch.submit", map_index=b, try_number=1))
+        ws.claim(b, [u.name for u in chunk], tpch_files(chunk, get_query("q4").streams))
+        record_attempt(ws, batch_name(b), SimpleNamespace(task_id="batch.submit", map_index=b, try_number=1))
         time.sleep(0.3)  # the task starting
-        execute_batch(spark, "q4", ws.claim_path(b), str(tpch_dir / "static"), ws.partial_path(b))
-    record_attempt(ws.root, "final", SimpleNamespace(task_id="final", map_index=-1, try_number=1))
+        execute_batch(spark, batch_work(ws, b, str(tpch_dir / "static")), backend=BACKEND)
+    record_attempt(ws, "final", SimpleNamespace(task_id="final", map_index=-1, try_number=1))
     time.sleep(0.3)
-    execute_final(spark, "q4", ws.root, expect_units=len(units))
-    *batches, final = read_cost_history(tmp_path, query="q4")
+    execute_final(spark, ws, backend=BACKEND, expect_units=len(units))
+    *batches, final = ws.store.cost_history(query="q4")
     ends = []
     for b, record in enumerate(batches):
-        claimed, written = read_json(ws.claim_path(b))["claimed_at"], read_json(ws.metrics_path(b))["written_at"]
+        claimed, written = ws.claim_of(b)["claimed_at"], ws.metrics(b)["written_at"]
         assert record["end_to_end_seconds"] == pytest.approx(written - claimed)
         assert record["end_to_end_seconds"] >= record["wall_seconds"] + 0.3
         ends.append(written)
-    manifest = read_json(ws.result_manifest)
+    manifest = ws.manifest()
     assert final["end_to_end_seconds"] == manifest["end_to_end_seconds"]
     assert final["end_to_end_seconds"] == pytest.approx(manifest["written_at"] - max(ends))
     assert final["end_to_end_seconds"] >= final["wall_seconds"] + 0.3
@@ -127,53 +131,53 @@ def test_a_fused_tail_merges_its_batch_in_one_job_writes_no_partial_and_a_retry_
 
     qid, static = "cq2", str(tpch_dir / "static")
     query = get_query(qid)
-    ws = WindowState(tmp_path, qid, "w")
+    ws = open_store(tmp_path).window(qid, "w")
     chunks = split_consecutive(units, 3)
     for b, chunk in enumerate(chunks):
-        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
+        ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
     for b in (0, 1):
-        execute_batch(spark, qid, ws.claim_path(b), static, ws.partial_path(b))
-    manifest = execute_tail(spark, qid, ws.root, 2, static)
+        execute_batch(spark, batch_work(ws, b, static), backend=BACKEND)
+    manifest = execute_tail(spark, ws, 2, static, backend=BACKEND)
     # The result covers the tail's units; its batch was merged in the same job, never written.
-    assert not ws.partial_path(2).exists() and manifest["units"] == [u.name for u in units]
+    assert not ws.has_partial(2) and manifest["units"] == [u.name for u in units]
     assert manifest["batches"] == [0, 1, 2]
     cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
     assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="fused tail vs duckdb")
     # A retry computes it again from the same claim: the same result, nothing counted twice.
-    execute_tail(spark, qid, ws.root, 2, static)
+    execute_tail(spark, ws, 2, static, backend=BACKEND)
     assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="fused tail retried")
     # The merge's cost history has no record with a batch's work in it.
-    assert [r["kind"] for r in read_cost_history(tmp_path, query=qid)] == ["batch", "batch"]
+    assert [r["kind"] for r in ws.store.cost_history(query=qid)] == ["batch", "batch"]
 
 
 def test_a_fused_tail_merges_the_partials_read_ahead_unless_one_was_written_again(spark, units, tpch_dir, tmp_path):
     """What a fused tail reads while it waits (``read_written``) is read again when a partial
     appears, and the merge uses it only if no partial was written again since (a retried
     batch's new directory): the result is right either way."""
-    from airflow_iqp.spark.final_job import _ahead_or_paths
+    from airflow_iqp.spark.merge import _ahead_or_paths
     from airflow_iqp.spark.tail import execute_tail, read_written
 
     qid, static = "cq3", str(tpch_dir / "static")
     query = get_query(qid)
-    ws = WindowState(tmp_path, qid, "w")
+    ws = open_store(tmp_path).window(qid, "w")
     for b, chunk in enumerate(split_consecutive(units, 3)):
-        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
-    assert read_written(spark, ws.root) is None
-    execute_batch(spark, qid, ws.claim_path(0), static, ws.partial_path(0))
-    ahead = read_written(spark, ws.root)
-    assert list(ahead["dirs"]) == [str(ws.partial_path(0))]
-    execute_batch(spark, qid, ws.claim_path(1), static, ws.partial_path(1))
-    paths = [str(ws.partial_path(b)) for b in (0, 1)]
-    assert _ahead_or_paths(ahead, ws.root, paths) == paths  # batch 1's partial came after it
-    ahead = read_written(spark, ws.root, ahead)
-    assert read_written(spark, ws.root, ahead) is ahead  # nothing new: not read again
-    assert _ahead_or_paths(ahead, ws.root, paths) is ahead["df"]
+        ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
+    assert read_written(spark, ws) is None
+    execute_batch(spark, batch_work(ws, 0, static), backend=BACKEND)
+    ahead = read_written(spark, ws)
+    assert list(ahead["dirs"]) == [ws.partial_uri(0)]
+    execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)
+    paths = [ws.partial_uri(b) for b in (0, 1)]
+    assert _ahead_or_paths(ahead, ws, paths) == paths  # batch 1's partial came after it
+    ahead = read_written(spark, ws, ahead)
+    assert read_written(spark, ws, ahead) is ahead  # nothing new: not read again
+    assert _ahead_or_paths(ahead, ws, paths) is ahead["df"]
     cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
-    execute_tail(spark, qid, ws.root, 2, static, written=ahead)
+    execute_tail(spark, ws, 2, static, backend=BACKEND, written=ahead)
     assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="tail merged with the read-ahead")
-    execute_batch(spark, qid, ws.claim_path(1), static, ws.partial_path(1))  # batch 1 retried
-    assert _ahead_or_paths(ahead, ws.root, paths) == paths
-    execute_tail(spark, qid, ws.root, 2, static, written=ahead)
+    execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)  # batch 1 retried
+    assert _ahead_or_paths(ahead, ws, paths) == paths
+    execute_tail(spark, ws, 2, static, backend=BACKEND, written=ahead)
     assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="tail after a partial written again")
 
 
@@ -204,8 +208,8 @@ def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_u
     for u in units[:3]:
         shutil.copytree(u, landing / u.name)
     claim_batch(mapped[0])  # the mapped batch's sensor: the 3 units there are
-    ws = WindowState(state, qid, "w")
-    execute_batch(spark, qid, ws.claim_path(1), static, ws.partial_path(1))
+    ws = open_store(state).window(qid, "w")
+    execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)
 
     def land():  # the rest arrives while the final task waits
         for u in units[3:]:
@@ -219,38 +223,38 @@ def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_u
     tail = tail.with_(ready_ts=time.time() + 2.0)
     lander.start()
     t0 = time.time()
-    manifest = run_tail(spark, qid, ws.root, tail, slots=1)
+    manifest = run_tail(spark, ws, tail, slots=1, backend=BACKEND)
     lander.join()
     assert time.time() - t0 < 25  # the gate's turn, not turn_ts 30 s away
-    claims = read_claims(ws)
+    claims = ws.claims()
     assert [len(claims[i]["units"]) for i in (1, 2, 3)] == [3, 1, 2]  # batch 2 fired when 4 units were in
-    assert ws.partial_path(2).is_dir() and not ws.partial_path(3).exists()  # the last is merged, not written
+    assert ws.has_partial(2) and not ws.has_partial(3)  # the last is merged, not written
     assert manifest["batches"] == [1, 2, 3] and manifest["units"] == [u.name for u in units]
     cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
     assert_same_rows(result_rows(spark, ws), ref, ordered=get_query(qid).ordered, label="tail with before")
     # A retry re-reads every claim and recomputes no written partial: the result is the same.
-    written = ws.partial_path(2).stat().st_mtime
-    run_tail(spark, qid, ws.root, tail, slots=1)
-    assert ws.partial_path(2).stat().st_mtime == written
+    written = ws.partial_versions()
+    run_tail(spark, ws, tail, slots=1, backend=BACKEND)
+    assert ws.partial_versions() == written
     assert_same_rows(result_rows(spark, ws), ref, ordered=get_query(qid).ordered, label="tail retried")
 
 
 def test_a_unit_in_two_partials_is_an_error_naming_both_batches(spark, units, tpch_dir, tmp_path):
     ws = run_window_inprocess(spark, "cq1", units, tpch_dir / "static", tmp_path, k=2)
-    # forge a third batch covering a unit of batch 1 (claim_units would refuse it)
-    atomic_write_json(ws.claim_path(2), {"batch": 2, "units": [units[4].name], "files": [], "claimed_at": 0})
-    shutil.copytree(ws.partial_path(1), ws.partial_path(2))
+    # forge a third batch covering a unit of batch 1 (a claim would refuse it)
+    rewrite_claim(ws, 2, units=[units[4].name], files=[], claimed_at=0)
+    shutil.copytree(ws.partial_uri(1), ws.partial_uri(2))
     with pytest.raises(DataError, match=rf"unit {units[4].name} is covered by two partials, batch 1 and batch 2"):
-        execute_final(spark, "cq1", ws.root)
+        execute_final(spark, ws, backend=BACKEND)
 
 
 def test_a_claimed_batch_without_partial_blocks_the_final(spark, units, tpch_dir, tmp_path):
     ws = run_window_inprocess(spark, "cq1", units, tpch_dir / "static", tmp_path, k=2)
-    claim_units(ws, 3, [], [])  # a batch that found nothing to claim needs no partial
-    assert execute_final(spark, "cq1", ws.root)["units"] == [u.name for u in units]
-    claim_units(ws, 2, ["999999"], [])
+    ws.claim(3, [], [])  # a batch that found nothing to claim needs no partial
+    assert execute_final(spark, ws, backend=BACKEND)["units"] == [u.name for u in units]
+    ws.claim(2, ["999999"], [])
     with pytest.raises(DataError, match=r"batch\(es\) \[2\] claimed input but have no partial"):
-        execute_final(spark, "cq1", ws.root)
+        execute_final(spark, ws, backend=BACKEND)
 
 
 def failing(qid: str):
@@ -268,7 +272,7 @@ def test_corrupt_parquet_names_the_file(spark, units, tmp_path):
     bad.parent.mkdir()
     data = (units[0] / "orders.parquet").read_bytes()
     bad.write_bytes(data[: len(data) // 2])  # truncated: no footer
-    files = unit_files(units[:1], ["orders"]) + [str(bad)]
+    files = tpch_files(units[:1], ["orders"]) + [str(bad)]
     with pytest.raises(DataError, match=rf"{bad}: not a readable parquet file"):
         run_batch(spark, failing("cq2"), files, None)
     garbage = tmp_path / "000098" / "orders.parquet"
@@ -354,16 +358,16 @@ def test_the_merge_rows_estimate_bounds_a_fused_tails_result_and_picks_the_write
     fused tail's small result is collected; with the bound below it, Spark writes it; the
     rows are DuckDB's either way."""
     from airflow_iqp.spark import steps
-    from airflow_iqp.spark.final_job import merge_rows_estimate
+    from airflow_iqp.spark.merge import merge_rows_estimate
     from airflow_iqp.spark.tail import execute_tail
 
     qid, static = "q10", str(tpch_dir / "static")
     query = get_query(qid)
-    ws = WindowState(tmp_path, qid, "w")
+    ws = open_store(tmp_path).window(qid, "w")
     for b, chunk in enumerate(split_consecutive(units, 3)):
-        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
-    metrics = [execute_batch(spark, qid, ws.claim_path(b), static, ws.partial_path(b)) for b in (0, 1)]
-    paths = [str(ws.partial_path(b)) for b in (0, 1)]
+        ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
+    metrics = [execute_batch(spark, batch_work(ws, b, static), backend=BACKEND) for b in (0, 1)]
+    paths = [ws.partial_uri(b) for b in (0, 1)]
     written = sum(m["rows_out"] for m in metrics)
     ratio = max(m["rows_out"] / m["rows_in"] for m in metrics)
     assert written > 0 and merge_rows_estimate(ws, paths) == written
@@ -371,12 +375,12 @@ def test_the_merge_rows_estimate_bounds_a_fused_tails_result_and_picks_the_write
     assert merge_rows_estimate(ws, [], 1000, tail=True) == 1000  # nothing written: the input rows
     assert merge_rows_estimate(ws, paths, None, tail=True) is None  # remote files: not inspected
     _cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
-    execute_tail(spark, qid, ws.root, 2, static)
-    assert "parquet-cpp" in _writer(ws.result_dir)
+    execute_tail(spark, ws, 2, static, backend=BACKEND)
+    assert "parquet-cpp" in _writer(Path(ws.result_uri))
     assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="q10 collected")
     monkeypatch.setattr(steps, "COLLECT_MAX_ROWS", written - 1)
-    execute_tail(spark, qid, ws.root, 2, static)
-    assert "parquet-mr" in _writer(ws.result_dir)
+    execute_tail(spark, ws, 2, static, backend=BACKEND)
+    assert "parquet-mr" in _writer(Path(ws.result_uri))
     assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="q10 written by Spark")
 
 
@@ -392,19 +396,20 @@ def test_a_fused_tail_rehearses_before_the_windows_end_and_leaves_no_trace(spark
 
     qid, static = "cq3", str(tpch_dir / "static")
     query = get_query(qid)
-    ws = WindowState(tmp_path, qid, "w")
+    ws = open_store(tmp_path).window(qid, "w")
     tail = make_batch(query=qid, window_id="w", index=3, of=3, state_dir=str(tmp_path), static=static,
                       ready_ts=time.time() + 600, cost=0.5, remaining_cost=1.0, cost_scale=2.0, label="batch 3/3")
-    assert rehearse_tail(spark, qid, ws.root, tail) is None  # nothing claimed yet
+    assert rehearse_tail(spark, ws, tail) is None  # nothing claimed yet
     for b, chunk in enumerate(split_consecutive(units, 3)[:2], start=1):
-        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, query.streams))
-        execute_batch(spark, qid, ws.claim_path(b), static, ws.partial_path(b))
+        ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
+        execute_batch(spark, batch_work(ws, b, static), backend=BACKEND)
     before = sorted(str(p) for p in tmp_path.rglob("*"))
-    history = read_cost_history(tmp_path, query=qid)
-    seconds = rehearse_tail(spark, qid, ws.root, tail, slots=1, written=read_written(spark, ws.root))
+    history = ws.store.cost_history(query=qid)
+    seconds = rehearse_tail(spark, ws, tail, slots=1, written=read_written(spark, ws))
     assert seconds is not None and seconds > 0
     assert sorted(str(p) for p in tmp_path.rglob("*") if "_turns" not in p.parts) == \
         [p for p in before if "_turns" not in p]
-    assert read_cost_history(tmp_path, query=qid) == history and not ws.result_dir.exists()
+    assert ws.store.cost_history(query=qid) == history and ws.manifest() is None
+    assert not os.path.exists(ws.result_uri)
     near = tail.with_(ready_ts=time.time() + REHEARSAL_ROOM * 1.0 / 2.0 - 0.1)  # expected: 1.0 / cost_scale
-    assert rehearse_tail(spark, qid, ws.root, near) is None
+    assert rehearse_tail(spark, ws, near) is None

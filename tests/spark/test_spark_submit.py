@@ -12,16 +12,18 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from tests.batches import tpch_files
 from tests.reference import assert_same_rows, duckdb_reference
 
-from airflow_iqp.spark.batch_job import PAUSE_ENV
-from airflow_iqp.spark.final_job import execute_final
+from airflow_iqp.spark.batch import PAUSE_ENV, batch_work, execute_batch, work_args
+from airflow_iqp.spark.merge import execute_final
 from airflow_iqp.spark.submit import job_path, run_submit, submit_args, submit_env
 from airflow_iqp.spark.window import run_window
-from airflow_iqp.state import WindowState, claim_units, read_cost_history, unit_files
+from airflow_iqp.store import open_store
 
 pytestmark = pytest.mark.spark
 
@@ -62,15 +64,15 @@ def test_run_window_cli_single_stream_query(tpch_dir, units, spark, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
-    ws = WindowState(out, "cq2", "w0")
-    assert report["result"] == str(ws.result_dir)
+    ws = open_store(out).window("cq2", "w0")
+    assert report["result"] == ws.result_uri
     assert [len(b["files"]) for b in report["batches"]] == [3, 3]
-    assert [f for b in report["batches"] for f in b["files"]] == unit_files(units, ["orders"])
+    assert [f for b in report["batches"] for f in b["files"]] == tpch_files(units, ["orders"])
     for b in report["batches"] + [report["final"]]:
         assert b["wall_seconds"] > 0 and b["cpu_seconds"] > 0
     cols, ref = duckdb_reference("cq2", units, tpch_dir / "static")
-    assert_same_rows(_rows(spark, ws.result_dir), ref, ordered=False, label="cq2 via spark-submit")
-    hist = read_cost_history(out, query="cq2")
+    assert_same_rows(_rows(spark, ws.result_uri), ref, ordered=False, label="cq2 via spark-submit")
+    hist = ws.store.cost_history(query="cq2")
     assert [(r["kind"], r["units"], r["batches"], r["backend"]) for r in hist] == [
         ("batch", 3, 1, "spark-submit"), ("batch", 3, 1, "spark-submit"), ("final", 6, 2, "spark-submit")]
     assert all(r["task_seconds"] > 0 and r["cpu_seconds"] > 0 for r in hist)
@@ -78,12 +80,12 @@ def test_run_window_cli_single_stream_query(tpch_dir, units, spark, tmp_path):
 
 def test_run_window_join_query(tpch_dir, units, spark, tmp_path):
     report = run_window("q4", tpch_dir, 2, tmp_path / "state")
-    ws = WindowState(tmp_path / "state", "q4", "w0")
+    ws = open_store(tmp_path / "state").window("q4", "w0")
     assert [b["units"] for b in report["batches"]] == [[u.name for u in units[:3]], [u.name for u in units[3:]]]
-    manifest = json.loads(ws.result_manifest.read_text())
-    assert manifest["partials"] == [str(ws.partial_path(0)), str(ws.partial_path(1))]
+    manifest = ws.manifest()
+    assert manifest["partials"] == [ws.partial_uri(0), ws.partial_uri(1)]
     cols, ref = duckdb_reference("q4", units, tpch_dir / "static")
-    assert_same_rows(_rows(spark, ws.result_dir), ref, ordered=True, label="q4 via spark-submit")
+    assert_same_rows(_rows(spark, ws.result_uri), ref, ordered=True, label="q4 via spark-submit")
 
 
 def test_batch_killed_before_rename_then_rerun(tpch_dir, units, spark, tmp_path):
@@ -93,12 +95,13 @@ def test_batch_killed_before_rename_then_rerun(tpch_dir, units, spark, tmp_path)
     there and says so on stderr; the test kills the whole spark-submit process group then.
     """
     static = tpch_dir / "static"
-    ws = WindowState(tmp_path / "state", "cq3", "w0")
+    ws = open_store(tmp_path / "state").window("cq3", "w0")
     chunks = [units[:3], units[3:]]
     for b, chunk in enumerate(chunks):
-        claim_units(ws, b, [u.name for u in chunk], unit_files(chunk, ["lineitem"]))
-    argv = submit_args(job_path("batch"), ["cq3", ws.claim_path(0), static, ws.partial_path(0)],
-                       master="local[2]")
+        ws.claim(b, [u.name for u in chunk], tpch_files(chunk, ["lineitem"]))
+    args = [*work_args(ws, batch_work(ws, 0, str(static))), "--backend", "spark-submit"]
+    argv = submit_args(job_path("batch"), args, master="local[2]")
+    partials = Path(ws.partial_uri(0)).parent
     log_path = tmp_path / "killed.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
@@ -116,18 +119,17 @@ def test_batch_killed_before_rename_then_rerun(tpch_dir, units, spark, tmp_path)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    assert not ws.partial_path(0).exists(), "a killed batch must not leave a visible partial"
-    leftovers = list(ws.partials_dir.glob(".batch-0000.tmp-*"))
+    assert not ws.has_partial(0), "a killed batch must not leave a visible partial"
+    leftovers = list(partials.glob(".batch-0000.tmp-*"))
     assert leftovers and (leftovers[0] / "_SUCCESS").exists(), "the kill came after the temp write"
 
-    # the retry: same manifest, real spark-submit again
-    res = run_submit(submit_args(job_path("batch"), ["cq3", ws.claim_path(0), static, ws.partial_path(0)],
-                                 master="local[2]"))
+    # the retry: the same claim, so the same work, real spark-submit again
+    res = run_submit(submit_args(job_path("batch"), [*work_args(ws, batch_work(ws, 0, str(static))),
+                                                     "--backend", "spark-submit"], master="local[2]"))
     assert res.returncode == 0, res.tail()
-    assert ws.partial_path(0).is_dir() and not list(ws.partials_dir.glob(".batch-0000.tmp-*"))
-    from airflow_iqp.spark.batch_job import execute_batch
+    assert ws.has_partial(0) and not list(partials.glob(".batch-0000.tmp-*"))
 
-    execute_batch(spark, "cq3", ws.claim_path(1), str(static), ws.partial_path(1))
-    execute_final(spark, "cq3", ws.root, expect_units=len(units))
+    execute_batch(spark, batch_work(ws, 1, str(static)), backend="spark-submit")
+    execute_final(spark, ws, backend="spark-submit", expect_units=len(units))
     cols, ref = duckdb_reference("cq3", units, static)
-    assert_same_rows(_rows(spark, ws.result_dir), ref, ordered=False, label="cq3 after kill + rerun")
+    assert_same_rows(_rows(spark, ws.result_uri), ref, ordered=False, label="cq3 after kill + rerun")

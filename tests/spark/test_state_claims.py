@@ -1,63 +1,68 @@
-"""claim_units, list_ready_units, cost history and atomic writes (pure Python, no Spark)."""
+"""The state store's claims, layout and cost history, the listing of complete units, and atomic
+writes (pure Python, no Spark)."""
 
 from __future__ import annotations
 
 import json
 import multiprocessing as mp
 import os
+from pathlib import Path
 
 import pytest
 
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.state import (
-    ClaimError, WindowState, append_cost_history, atomic_write_json, claim_units, list_ready_units,
-    read_claims, read_cost_history, replace_dir, temp_sibling, unit_files,
-)
+from airflow_iqp.landing import list_units
+from airflow_iqp.store import ClaimError, open_store, window_at
+from airflow_iqp.store.files import atomic_write_json, replace_dir, temp_sibling
+from airflow_iqp.streams import TPCH, files_of
 
 
 def test_paths_follow_the_layout(tmp_path):
-    ws = WindowState(tmp_path, "CQ2", "2026-01-01")
-    assert ws.claim_path(7) == tmp_path / "cq2" / "2026-01-01" / "claims" / "batch-0007.json"
-    assert ws.partial_path(7) == tmp_path / "cq2" / "2026-01-01" / "partials" / "batch-0007"
-    assert ws.metrics_path(7) == tmp_path / "cq2" / "2026-01-01" / "partials" / "batch-0007.metrics.json"
-    assert ws.result_dir == tmp_path / "cq2" / "2026-01-01" / "result"
-    assert ws.result_manifest == tmp_path / "cq2" / "2026-01-01" / "result.manifest.json"
-    assert ws.cost_history == tmp_path / "cost_history.jsonl"
-    assert WindowState.from_claim_path(ws.claim_path(7)) == ws
+    ws = open_store(tmp_path).window("CQ2", "2026-01-01")
+    root = tmp_path / "cq2" / "2026-01-01"
+    assert ws.location == str(root)
+    ws.claim(7, ["000001"], [])
+    assert (root / "claims" / "batch-0007.json").is_file()
+    assert ws.partial_uri(7) == str(root / "partials" / "batch-0007")
+    assert ws.metrics_uri(7) == str(root / "partials" / "batch-0007.metrics.json")
+    assert ws.result_uri == str(root / "result")
+    assert ws.manifest_uri == str(root / "result.manifest.json")
+    assert ws.store.cost_history_location == str(tmp_path / "cost_history.jsonl")
+    assert window_at(ws.location) == ws
     with pytest.raises(ConfigError):
-        WindowState(tmp_path, "cq2", "../etc")
+        open_store(tmp_path).window("cq2", "../etc")
     with pytest.raises(ConfigError):
-        ws.claim_path(-1)
+        ws.partial_uri(-1)
 
 
 def test_double_claim_is_refused_and_retry_returns_the_same_manifest(tmp_path):
-    ws = WindowState(tmp_path, "cq2", "w")
-    first = claim_units(ws, 0, ["000000", "000001"], ["a/orders.parquet", "b/orders.parquet"])
+    ws = open_store(tmp_path).window("cq2", "w")
+    first = ws.claim(0, ["000000", "000001"], ["a/orders.parquet", "b/orders.parquet"])
     assert first["units"] == ["000000", "000001"] and first["batch"] == 0 and "claimed_at" in first
     with pytest.raises(ClaimError, match=r"unit 000001 is already claimed by batch 0"):
-        claim_units(ws, 1, ["000001", "000002"], ["c/orders.parquet"])
+        ws.claim(1, ["000001", "000002"], ["c/orders.parquet"])
     with pytest.raises(ClaimError, match=r"file a/orders.parquet is already claimed by batch 0"):
-        claim_units(ws, 1, ["000009"], ["a/orders.parquet"])
+        ws.claim(1, ["000009"], ["a/orders.parquet"])
     # the refused claims left nothing behind
-    assert list(read_claims(ws)) == [0]
+    assert list(ws.claims()) == [0]
     # a retry of batch 0 re-reads its manifest unchanged, whatever it asks for now
-    again = claim_units(ws, 0, ["000005"], ["z"])
+    again = ws.claim(0, ["000005"], ["z"])
     assert again == first
-    assert json.loads(ws.claim_path(0).read_text()) == first
-    second = claim_units(ws, 1, ["000002"], ["c/orders.parquet"])
+    assert ws.claim_of(0) == first
+    second = ws.claim(1, ["000002"], ["c/orders.parquet"])
     assert second["units"] == ["000002"]
-    assert not [p for p in ws.claims_dir.iterdir() if p.name.startswith(".") and p.name != ".lock"]
+    assert not [p for p in (Path(ws.location) / "claims").iterdir() if p.name.startswith(".") and p.name != ".lock"]
 
 
 def _claimer(state_dir: str, worker: int, n_units: int, queue, barrier) -> None:
-    ws = WindowState(state_dir, "cq3", "w")
+    ws = open_store(state_dir).window("cq3", "w")
     won = []
     barrier.wait()  # both processes start claiming at the same moment
     for start in range(n_units):
         batch = worker * 1000 + start
         units = [f"{u:06d}" for u in range(start, min(start + 3, n_units))]
         try:
-            claim_units(ws, batch, units, [f"/x/{u}/lineitem.parquet" for u in units])
+            ws.claim(batch, units, [f"/x/{u}/lineitem.parquet" for u in units])
             won.append(batch)
         except ClaimError:
             pass
@@ -75,7 +80,7 @@ def test_concurrent_claims_from_two_processes_never_claim_a_unit_twice(tmp_path)
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
-    claims = read_claims(WindowState(tmp_path, "cq3", "w"))
+    claims = open_store(tmp_path).window("cq3", "w").claims()
     assert sorted(claims) == sorted(won[0] + won[1])
     seen: dict[str, int] = {}
     for batch, manifest in claims.items():
@@ -85,7 +90,7 @@ def test_concurrent_claims_from_two_processes_never_claim_a_unit_twice(tmp_path)
     assert set(seen) == {f"{u:06d}" for u in range(n_units)}  # greedy claiming covers every unit
 
 
-def test_list_ready_units_sees_only_complete_units(tmp_path):
+def test_list_units_sees_only_complete_units(tmp_path):
     (tmp_path / "000002").mkdir()
     for f in ("orders.parquet", "lineitem.parquet"):
         (tmp_path / "000002" / f).write_bytes(b"x")
@@ -98,24 +103,26 @@ def test_list_ready_units_sees_only_complete_units(tmp_path):
     for f in ("orders.parquet", "lineitem.parquet"):
         (tmp_path / ".000004.tmp" / f).write_bytes(b"x")
     (tmp_path / "stray.txt").write_text("x")
-    assert [p.name for p in list_ready_units(tmp_path)] == ["000002", "000010"]
-    assert list_ready_units(tmp_path / "missing") == []
-    assert unit_files([tmp_path / "000002"], ["lineitem"]) == [str(tmp_path / "000002" / "lineitem.parquet")]
+    assert [p.name for p in list_units(tmp_path, TPCH)] == ["000002", "000010"]
+    assert list_units(tmp_path / "missing", TPCH) == []
+    lineitem = [s for s in TPCH if s.name == "lineitem"]
+    assert files_of([tmp_path / "000002"], lineitem) == [str(tmp_path / "000002" / "lineitem.parquet")]
 
 
 def test_cost_history_appends_and_filters(tmp_path):
-    append_cost_history(tmp_path, query="CQ2", kind="batch", units=3, batches=1, wall_seconds=1.5, cpu_seconds=2.0,
-                        task_seconds=1.0, window="w")
-    append_cost_history(tmp_path, query="cq2", kind="final", units=6, batches=2, wall_seconds=0.5, window="w")
-    append_cost_history(tmp_path, query="q6", kind="batch", units=6, batches=1, wall_seconds=3.0, backend="pyspark")
-    rows = read_cost_history(tmp_path)
+    store = open_store(tmp_path)
+    store.record_cost(query="CQ2", kind="batch", units=3, batches=1, wall_seconds=1.5, cpu_seconds=2.0,
+                      task_seconds=1.0, window="w")
+    store.record_cost(query="cq2", kind="final", units=6, batches=2, wall_seconds=0.5, window="w")
+    store.record_cost(query="q6", kind="batch", units=6, batches=1, wall_seconds=3.0, backend="pyspark")
+    rows = store.cost_history()
     assert [r["kind"] for r in rows] == ["batch", "final", "batch"]
     assert set(rows[0]) >= {"query", "backend", "kind", "units", "batches", "wall_seconds", "cpu_seconds",
                             "task_seconds", "window", "recorded_at"}
-    assert [r["units"] for r in read_cost_history(tmp_path, query="cq2")] == [3, 6]
-    assert [r["query"] for r in read_cost_history(tmp_path, kind="batch", backend="pyspark")] == ["q6"]
+    assert [r["units"] for r in store.cost_history(query="cq2")] == [3, 6]
+    assert [r["query"] for r in store.cost_history(kind="batch", backend="pyspark")] == ["q6"]
     with pytest.raises(ConfigError):
-        append_cost_history(tmp_path, query="q6", kind="other", units=1, batches=1, wall_seconds=1)
+        store.record_cost(query="q6", kind="other", units=1, batches=1, wall_seconds=1)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".") and "lock" not in p.name]
 
 

@@ -44,24 +44,29 @@ argv = sys.argv[1:]
 Path({record!r}).write_text(json.dumps({{"argv": argv, "env": dict(os.environ), "pid": os.getpid()}}))
 app = next(i for i, a in enumerate(argv) if a.endswith("_job.py"))
 job, args = Path(argv[app]).name, argv[app + 1:]
+
+
+def value(flag):
+    return args[args.index(flag) + 1] if flag in args else None
+
+
 time.sleep({sleep})
-if job == "batch_job.py" and len(args) >= 4:
-    query, claim, static, output = args[:4]
-    units = json.loads(Path(claim).read_text())["units"]
-    Path(output).mkdir(parents=True, exist_ok=True)
-    Path(output + ".metrics.json").write_text(json.dumps({{
-        "query": query, "units": len(units), "wall_seconds": 2.0, "cpu_seconds": 1.0, "backend": "spark-submit",
-        "written_at": time.time()}}))
-elif job == "final_job.py" and len(args) >= 2:
-    query, window_dir = args[:2]
-    manifest = Path(window_dir) / "result.manifest.json"
-    manifest.parent.mkdir(parents=True, exist_ok=True)
-    old = json.loads(manifest.read_text()) if manifest.is_file() else {{}}
+if job == "batch_job.py" and (value("--work") or value("--work-file")):
+    work = json.loads(value("--work")) if value("--work") else json.loads(Path(value("--work-file")).read_text())
+    Path(work["partial"]).mkdir(parents=True, exist_ok=True)
+    Path(work["metrics"]).write_text(json.dumps({{
+        "query": work["query"], "batch": work["batch"], "units": len(work["units"]), "wall_seconds": 2.0,
+        "cpu_seconds": 1.0, "backend": value("--backend"), "written_at": time.time()}}))
+elif job == "final_job.py" and value("--store"):
+    from airflow_iqp.store import open_store
+
+    ws = open_store(value("--store")).window(value("--query"), value("--window"))
+    old = ws.manifest() or {{}}
     revision = old.get("revision", 0) + 1
-    manifest.write_text(json.dumps({{
-        "result": str(Path(window_dir) / "result"), "written_at": time.time(), "rows_out": 3,
-        "wall_seconds": 3.0, "cpu_seconds": 1.5, "backend": "spark-submit", "quarantined": [],
-        "revision": revision, "revisions": [{{"revision": r}} for r in range(1, revision + 1)]}}))
+    ws.write_manifest({{
+        "result": ws.result_uri, "written_at": time.time(), "rows_out": 3,
+        "wall_seconds": 3.0, "cpu_seconds": 1.5, "backend": value("--backend"), "quarantined": [],
+        "revision": revision, "revisions": [{{"revision": r}} for r in range(1, revision + 1)]}})
 sys.exit({exit_code})
 '''
 
@@ -90,6 +95,16 @@ def alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+def rewrite_claim(ws, batch: int, **fields) -> dict:
+    """Batch ``batch``'s claim in window ``ws`` with ``fields`` changed (``claimed_at``, ...), as
+    if it had been claimed so: written through the store's primitive, at the claim's key."""
+    from airflow_iqp.store import batch_name
+
+    claim = {**(ws.claim_of(batch) or {"batch": batch, "units": [], "files": []}), **fields}
+    ws.store.put(f"{ws.query_id}/{ws.window_id}/claims/{batch_name(batch)}.json", claim)
+    return claim
 
 
 def land(landing, *names):

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from airflow_iqp.options import Algorithm1, Arrival, MinBatches, OneBatch, SparkConnect, SparkSubmit
-from airflow_iqp.state import append_cost_history
+from airflow_iqp.store import open_store
 from airflow_iqp.streams import Stream
 from airflow_iqp.window.config import QueryConfig
 from airflow_iqp.window.plan import plan_window
@@ -41,12 +41,13 @@ DEADLINES = (10.0, 30.0, 80.0, 300.0)
 
 
 def _history(state_dir: str, backend: str) -> None:
+    store = open_store(state_dir)
     for units, seconds in ((5, 9.2), (115, 11.8), (60, 10.5)):
-        append_cost_history(state_dir, query="fixed", kind="batch", units=units, batches=1, wall_seconds=1.0,
-                            backend=backend, end_to_end_seconds=seconds, recorded_at=1.0)
+        store.record_cost(query="fixed", kind="batch", units=units, batches=1, wall_seconds=1.0, backend=backend,
+                          end_to_end_seconds=seconds, recorded_at=1.0)
     for partials, seconds in ((1, 8.0), (3, 9.0)):
-        append_cost_history(state_dir, query="fixed", kind="final", units=120, batches=partials, wall_seconds=1.0,
-                            backend=backend, end_to_end_seconds=seconds, recorded_at=1.0)
+        store.record_cost(query="fixed", kind="final", units=120, batches=partials, wall_seconds=1.0, backend=backend,
+                          end_to_end_seconds=seconds, recorded_at=1.0)
 
 
 def plans() -> dict[str, dict]:

@@ -76,7 +76,8 @@ def test_submit_runs_with_a_clean_environment_and_leaves_this_process_s_alone(tm
     binary, record = fake_submit(tmp_path)
     hook = IQPSparkHook(conf={"spark.executor.cores": "1"}, spark_binary=binary, env_vars={"IQP_TEST": "yes"})
     app = job_path("final")
-    hook.submit(app, ["cq2", tmp_path / "window"], name="iqp-final-cq2")
+    hook.submit(app, ["--store", tmp_path / "state", "--query", "cq2", "--window", "w", "--backend", "spark-submit"],
+                name="iqp-final-cq2")
     argv, env = submitted(record)
     assert dict(os.environ) == before
     assert "SPARK_CONNECT_MODE_ENABLED" not in env and "SPARK_REMOTE" not in env
@@ -85,7 +86,8 @@ def test_submit_runs_with_a_clean_environment_and_leaves_this_process_s_alone(tm
     assert str(Path(app).parents[2]) in env["PYTHONPATH"].split(os.pathsep)
     assert argv[argv.index("--master") + 1] == "local[2]" and argv[argv.index("--name") + 1] == "iqp-final-cq2"
     assert conf_of(argv) == {**HADOOP_UMASK_CONF, **LOCAL_CONF, "spark.executor.cores": "1"}
-    assert argv[-3:] == [app, "cq2", str(tmp_path / "window")] and "--py-files" not in argv
+    assert argv[argv.index(app):] == [app, "--store", str(tmp_path / "state"), "--query", "cq2", "--window", "w",
+                                      "--backend", "spark-submit"] and "--py-files" not in argv
 
 
 def test_the_package_is_shipped_as_py_files_when_asked(tmp_path):
@@ -103,7 +105,7 @@ def test_a_job_s_own_error_is_raised_with_its_message_first_not_the_command_line
     binary.write_text(f"#!{sys.executable}\n"
                       "import sys\n"
                       "from airflow_iqp.errors import DataError\n"
-                      "from airflow_iqp.spark.batch_job import report_error\n"
+                      "from airflow_iqp.spark.entry import report_error\n"
                       "report_error('batch_job', DataError('2 bad input files: /d/b.csv: not a readable csv file; '\n"
                       "                                    '/d/c.csv: wrong schema for stream e: column x has 1'))\n"
                       "sys.exit(2)\n")

@@ -1,14 +1,18 @@
-"""IQPStateHook on a real state directory in a temporary folder."""
+"""IQPStateHook on a real state store in a temporary folder, and the window handles it hands out."""
 
 from __future__ import annotations
+
+import os
 
 from airflow_iqp.hooks.state import IQPStateHook
 from airflow_iqp.query.catalogue import get_query
 from airflow_iqp.query.store import Saved, load_query
-from airflow_iqp.state import append_cost_history, atomic_write_json, claim_units
+from airflow_iqp.store import LocalStore
+from airflow_iqp.store.files import atomic_write_json
 from airflow_iqp.streams import TPCH
+from airflow_iqp.window import accounting
 from airflow_iqp.window.config import QueryConfig, window_id
-from airflow_iqp.window.plan import plan_window
+from airflow_iqp.window.plan import plan_window, store_plan
 from tests.batches import make_batch
 from tests.unit.support import START, TI, land
 
@@ -23,37 +27,38 @@ def batch_of(tmp_path, **fields):
 def test_the_state_directory_defaults_to_the_iqp_section(tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW__IQP__STATE_DIR", str(tmp_path / "from-config"))
     hook = IQPStateHook()
-    assert hook.state_dir == str(tmp_path / "from-config") and hook.get_conn() == tmp_path / "from-config"
+    assert hook.state_dir == str(tmp_path / "from-config")
+    assert isinstance(hook.get_conn(), LocalStore) and hook.get_conn() is hook.store
+    assert hook.store.location == str(tmp_path / "from-config")
     assert IQPStateHook(tmp_path / "given").state_dir == str(tmp_path / "given")
 
 
 def test_a_batch_reads_its_claim_and_the_paths_its_job_uses(tmp_path):
     hook = IQPStateHook(tmp_path / "state")
     batch = batch_of(tmp_path, index=2)
-    assert hook.claim(batch) is None
     ws = hook.window_of(batch)
-    assert ws == hook.window("cq2", T0) and ws.root == tmp_path / "state" / "cq2" / window_id(T0)
-    claim_units(ws, 2, ["000001"], ["/l/000001/orders.parquet"])
-    assert hook.claim(batch)["units"] == ["000001"]
-    assert hook.claims(ws) == {2: hook.claim(batch)}
-    assert hook.claim_path(batch) == ws.claims_dir / "batch-0002.json"
-    assert hook.partial_path(batch) == ws.partials_dir / "batch-0002"
-    assert hook.metrics(ws, 2) == {}
-    atomic_write_json(ws.metrics_path(2), {"units": 1})
-    assert hook.metrics(ws, 2) == {"units": 1}
+    assert ws.claim_of(batch.index) is None and not ws.has_claim(batch.index)
+    assert ws == hook.window("cq2", T0) and ws.location == str(tmp_path / "state" / "cq2" / window_id(T0))
+    ws.claim(2, ["000001"], ["/l/000001/orders.parquet"])
+    assert ws.claim_of(2)["units"] == ["000001"] and ws.has_claim(2)
+    assert ws.claims() == {2: ws.claim_of(2)}
+    assert ws.partial_uri(2) == str(tmp_path / "state" / "cq2" / window_id(T0) / "partials" / "batch-0002")
+    assert ws.metrics(2) == {}
+    atomic_write_json(ws.metrics_uri(2), {"units": 1})  # where the batch's job writes them
+    assert ws.metrics(2) == {"units": 1}
 
 
 def test_results_reports_and_late_units_round_trip(tmp_path):
     hook = IQPStateHook(tmp_path / "state")
     ws = hook.window("cq2", T0)
-    assert hook.report(ws) == {}
-    hook.write_result_manifest(ws, {"result": "r", "revision": 1})
-    assert hook.result_manifest(ws) == {"result": "r", "revision": 1}
-    hook.write_report(ws, {"deadline_met": True})
-    assert hook.report(ws) == {"deadline_met": True}
-    assert hook.write_late(ws, {"units": ["000009"]}) == ws.root / "late.json"
+    assert ws.doc("report") is None and ws.manifest() is None
+    ws.write_manifest({"result": "r", "revision": 1})
+    assert ws.manifest() == {"result": "r", "revision": 1}
+    ws.write_doc("report", {"deadline_met": True})
+    assert ws.doc("report") == {"deadline_met": True}
+    assert ws.write_doc("late", {"units": ["000009"]}) == os.path.join(ws.location, "late.json")
     # Every write is atomic: no temporary file is left beside the state.
-    assert sorted(p.name for p in ws.root.iterdir()) == ["late.json", "report.json", "result.manifest.json"]
+    assert sorted(os.listdir(ws.location)) == ["late.json", "report.json", "result.manifest.json"]
 
 
 def test_accounting_late_units_arrivals_and_task_cpu(tmp_path):
@@ -61,13 +66,14 @@ def test_accounting_late_units_arrivals_and_task_cpu(tmp_path):
     batch = batch_of(tmp_path)
     land(tmp_path / "landing", "000001", "000002")
     ws = hook.window_of(batch)
-    claim_units(ws, 1, ["000001"], [])
-    assert hook.late_units(batch, T0)["units"] == ["000002"]
-    arrivals = hook.record_arrivals(batch, T0)
-    assert arrivals == ws.root / "arrivals.json"
-    hook.record_task_cpu(ws, TI("batch.submit", map_index=0))
-    hook.record_task_cpu(ws, TI("final"))
-    cpu = hook.window_task_cpu(ws)
+    ws.claim(1, ["000001"], [])
+    assert accounting.late_units(batch, T0)["units"] == ["000002"]
+    arrivals = accounting.record_arrivals(batch, T0)
+    assert arrivals == os.path.join(ws.location, "arrivals.json")
+    assert ws.doc("arrivals")["units"] == ["000001", "000002"]
+    accounting.record_task_cpu(ws, TI("batch.submit", map_index=0))
+    accounting.record_task_cpu(ws, TI("final"))
+    cpu = accounting.window_task_cpu(ws)
     assert cpu["tasks"] == 2 and cpu["cpu_seconds"] > 0
 
 
@@ -76,16 +82,14 @@ def test_plans_saved_queries_and_the_cost_history(tmp_path):
     cfg = QueryConfig(query="cq2", landing=str(tmp_path / "landing"), state_dir=hook.state_dir, units=10)
     wp = plan_window(cfg, T0, T0 + 240, T0 + 340, now=T0)
     ws = hook.window("cq2", T0)
-    assert hook.plan(ws) is None
-    assert hook.store_plan(wp) == ws.root / "plan.json"
-    assert hook.plan(ws)["batches"] == [b.to_dict() for b in wp.batches]
-    hook.save_query(Saved(get_query("cq2"), TPCH, None))
-    assert load_query("cq2", hook.state_dir).query.id == "cq2"
+    assert ws.doc("plan") is None
+    assert store_plan(wp) == os.path.join(ws.location, "plan.json")
+    assert ws.doc("plan")["batches"] == [b.to_dict() for b in wp.batches]
+    assert hook.save_query(Saved(get_query("cq2"), TPCH, None)) == os.path.join(hook.state_dir, "cq2", "query.json")
+    assert load_query("cq2", hook.state_dir).query.id == "cq2" and load_query("cq2", hook.store).query.id == "cq2"
     assert hook.cost_history() == []
-    append_cost_history(hook.state_dir, query="cq2", kind="batch", units=5, batches=1,
-                        wall_seconds=7.0)
-    append_cost_history(hook.state_dir, query="cq2", kind="final", units=5, batches=1, wall_seconds=3.0,
-                        backend="spark-connect")
+    hook.store.record_cost(query="cq2", kind="batch", units=5, batches=1, wall_seconds=7.0)
+    hook.store.record_cost(query="cq2", kind="final", units=5, batches=1, wall_seconds=3.0, backend="spark-connect")
     assert [r["kind"] for r in hook.cost_history("cq2")] == ["batch", "final"]
     assert [r["kind"] for r in hook.cost_history("cq2", backend="spark-connect")] == ["final"]
     assert hook.cost_history("cq1") == []

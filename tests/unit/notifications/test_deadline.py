@@ -2,26 +2,27 @@
 
 from __future__ import annotations
 
-import json
 import logging
+import os
 
 from airflow.sdk.bases.notifier import BaseNotifier
 
 from airflow_iqp.notifications.deadline import DeadlineRiskNotifier
+from airflow_iqp.store import open_store
 
 PLAN = {"query": "orders", "window_id": "20240301T000000", "deadline": 1709253000.0,
         "plan": {"reason": "the last batch cannot finish before the deadline", "sizes": [240]}}
 
 
 def test_notify_writes_the_record_the_plan_operator_asks_for(tmp_path):
-    record = tmp_path / "q" / "w" / "deadline_risk.json"
-    DeadlineRiskNotifier().notify({"iqp_plan": PLAN, "iqp_record": str(record), "run_id": "scheduled__w"})
-    got = json.loads(record.read_text())
+    ws = open_store(tmp_path).window("q", "w")
+    DeadlineRiskNotifier().notify({"iqp_plan": PLAN, "iqp_window": ws, "run_id": "scheduled__w"})
+    got = ws.doc("deadline_risk")
     assert {k: got[k] for k in ("query", "window", "deadline", "reason", "run_id")} == {
         "query": "orders", "window": "20240301T000000", "deadline": 1709253000.0,
         "reason": "the last batch cannot finish before the deadline", "run_id": "scheduled__w"}
     assert got["noted_at"] > 0
-    assert not [p for p in record.parent.iterdir() if p.name.startswith(".")]  # written in place atomically
+    assert not [n for n in os.listdir(ws.location) if n.startswith(".")]  # written in place atomically
 
 
 def test_the_warning_names_the_query_and_the_reason(caplog):
@@ -37,8 +38,8 @@ def test_without_a_record_path_or_a_plan_it_only_logs(tmp_path):
 
 
 def test_it_is_an_airflow_notifier_called_with_the_context(tmp_path):
-    record = tmp_path / "risk.json"
+    ws = open_store(tmp_path).window("q", "w")
     notifier = DeadlineRiskNotifier()
     assert isinstance(notifier, BaseNotifier)
-    notifier({"iqp_plan": PLAN, "iqp_record": str(record)})  # as Airflow calls a notifier: rendered, then notify
-    assert json.loads(record.read_text())["query"] == "orders"
+    notifier({"iqp_plan": PLAN, "iqp_window": ws})  # as Airflow calls a notifier: rendered, then notify
+    assert ws.doc("deadline_risk")["query"] == "orders"

@@ -1,8 +1,9 @@
-"""BatchOperator against a real state directory, with a stand-in spark-submit."""
+"""BatchOperator against a real state store, with a stand-in spark-submit."""
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import threading
 import time
@@ -16,7 +17,7 @@ from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.operators.batch import BATCH_TIMEOUT_MIN_S, BatchOperator
 from airflow_iqp.options import SparkConnect, SparkSubmit
 from airflow_iqp.spark.submit import job_path
-from airflow_iqp.state import WindowState, claim_units
+from airflow_iqp.store import WindowState, open_store
 from airflow_iqp.window.config import window_id
 from tests.batches import make_batch
 from tests.unit.support import START, TI, alive, context, fake_submit, read_record
@@ -35,8 +36,8 @@ def entry(tmp_path, **fields) -> dict:
 
 
 def claim(tmp_path, units=("000001", "000002"), index=1) -> WindowState:
-    ws = WindowState(tmp_path / "state", "cq2", WINDOW)
-    claim_units(ws, index, list(units), [f"/landing/{u}/orders.parquet" for u in units])
+    ws = open_store(tmp_path / "state").window("cq2", WINDOW)
+    ws.claim(index, list(units), [f"/landing/{u}/orders.parquet" for u in units])
     return ws
 
 
@@ -85,7 +86,7 @@ def test_a_cleared_batch_and_its_retries_run_past_the_deadline_and_every_attempt
     late = entry(tmp_path, deadline_ts=time.time() - 60)  # the deadline passed: the run failed, then was cleared
     for try_number in (3, 4):  # the first try after the clear, and its automatic retry
         assert operator(tmp_path, late, retries=1).execute(context(TI("batch.submit", 0, try_number)))["units"] == 2
-    assert sorted(p.name for p in (ws.root / "attempts").iterdir()) == ["batch-0001.3.json", "batch-0001.4.json"]
+    assert [(r["name"], r["try_number"]) for r in ws.records("attempts")] == [("batch-0001", 3), ("batch-0001", 4)]
 
 
 CSV = {"a.csv": "k,x\na,1\n", "b.csv": "k,x\na,1,9\n", "c.csv": "k,x\na,one\n"}  # b and c are bad
@@ -103,8 +104,8 @@ def _bad_claim(tmp_path, on_bad_unit: str, names=tuple(CSV)) -> tuple[WindowStat
         (landing / name).write_text(CSV[name])
     streams = (Stream("events", path=str(landing), format="csv", schema="k STRING, x BIGINT", on_bad_unit=on_bad_unit),)
     units = list_units(landing, streams)
-    ws = WindowState(tmp_path / "state", "cq2", WINDOW)
-    claim_units(ws, 1, [u.name for u in units], files_of(units, streams), found=check_claim(ws, streams, units))
+    ws = open_store(tmp_path / "state").window("cq2", WINDOW)
+    ws.claim(1, [u.name for u in units], files_of(units, streams), found=check_claim(ws, streams, units))
     return ws, entry(tmp_path, streams=[s.to_dict() for s in streams])
 
 
@@ -134,12 +135,18 @@ def test_the_batch_job_runs_on_its_claim_and_the_task_reports_its_metrics(tmp_pa
     rec = read_record(tmp_path / "submit.json")
     assert "SPARK_CONNECT_MODE_ENABLED" not in rec["env"]
     argv = rec["argv"]
-    assert argv[argv.index(job_path("batch")):] == [
-        job_path("batch"), "cq2", str(ws.claim_path(1)), str(tmp_path / "static"), str(ws.partial_path(1)),
-        "--state-dir", str(tmp_path / "state")]
+    args = argv[argv.index(job_path("batch")):]
+    assert args[0] == job_path("batch") and args[1] == "--work" and args[3:] == ["--backend", "spark-submit"]
+    # The job gets its work by value: the claimed files and units, where its partial and metrics go.
+    work = json.loads(args[2])
+    assert (work["store"], work["query"], work["window"], work["batch"]) == (str(tmp_path / "state"), "cq2", WINDOW, 1)
+    assert work["units"] == ["000001", "000002"] and work["files"] == ws.claim_of(1)["files"]
+    assert work["static"] == str(tmp_path / "static")
+    assert (work["partial"], work["metrics"]) == (ws.partial_uri(1), ws.metrics_uri(1))
     assert out["index"] == 1 and out["units"] == 2 and out["wall_seconds"] == 2.0 and out["task_cpu_seconds"] > 0
     assert out["started"] <= out["ended"]
-    assert (ws.root / "cpu" / "batch.submit.0.1.run.json").is_file()
+    assert [(r["task_id"], r["map_index"], r["try_number"], r["phase"]) for r in ws.records("cpu")] == [
+        ("batch.submit", 0, 1, "run")]
 
 
 def test_the_timeout_and_the_label_come_from_the_plan_entry(tmp_path):

@@ -1,4 +1,4 @@
-"""BatchPlanOperator against a real state directory and landing directory."""
+"""BatchPlanOperator against a real state store and landing directory."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.operators.plan import BatchPlanOperator
 from airflow_iqp.options import Algorithm1, Arrival, MinBatches, SparkConnect, SparkSubmit
 from airflow_iqp.query.store import load_query
-from airflow_iqp.state import WindowState, read_json
+from airflow_iqp.store import WindowState, open_store
 from airflow_iqp.timetables.window import WindowTimetable
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import clock, window_id
@@ -32,7 +32,7 @@ def planner(tmp_path, **kwargs) -> BatchPlanOperator:
 
 
 def window_state(tmp_path, start=START) -> WindowState:
-    return WindowState(tmp_path / "state", "cq2", window_id(start.timestamp()))
+    return open_store(tmp_path / "state").window("cq2", window_id(start.timestamp()))
 
 
 def test_the_plan_is_stored_pushed_and_returned_as_one_entry_per_batch(tmp_path):
@@ -43,13 +43,14 @@ def test_the_plan_is_stored_pushed_and_returned_as_one_entry_per_batch(tmp_path)
     assert len(batches) >= 2 and batches[-1].last and batches[-1].cumulative == 240
     assert all(b.state_dir == str(tmp_path / "state") and b.window_id == ws.window_id for b in batches)
     assert batches[-1].deadline_ts == (START + WINDOW).timestamp() + 100
-    stored = read_json(ws.root / "plan.json")
+    stored = ws.doc("plan")
     assert stored["batches"] == entries == ti.xcom["plan"]["batches"]
     assert ti.xcom["late"] == {}  # nothing to merge: late data is only recorded by default
     assert "tail" not in ti.xcom
     # What the jobs run is saved beside the plan, and the task's CPU is recorded.
     assert load_query("cq2", str(tmp_path / "state")).query.id == "cq2"
-    assert (ws.root / "cpu" / "plan.-1.1.run.json").is_file()
+    assert [(r["task_id"], r["map_index"], r["try_number"], r["phase"]) for r in ws.records("cpu")] == [
+        ("plan", -1, 1, "run")]
 
 
 def test_a_fused_tail_is_not_mapped_and_starts_the_backend_s_lead_before_the_end(tmp_path):
@@ -65,7 +66,7 @@ def test_a_fused_tail_is_not_mapped_and_starts_the_backend_s_lead_before_the_end
 def test_a_deadline_that_cannot_be_met_is_reported_and_the_best_plan_still_runs(tmp_path):
     entries = planner(tmp_path, deadline_offset=dt.timedelta(seconds=1)).execute(context(end=START + WINDOW))
     assert entries
-    risk = read_json(window_state(tmp_path).root / "deadline_risk.json")
+    risk = window_state(tmp_path).doc("deadline_risk")
     assert risk["query"] == "cq2" and risk["window"] == window_state(tmp_path).window_id
 
 
@@ -130,14 +131,14 @@ def test_airflow_iqp_plan_gives_the_plan_task_s_plan_of_the_same_window(tmp_path
     planner(tmp_path, **settings).execute(context(TI("plan"), end=START + WINDOW))
     capsys.readouterr()  # the task's own log lines
     ws = window_state(tmp_path)
-    stored = read_json(ws.root / "plan.json")
-    assert main(["plan", "--window", str(ws.root), "--json"]) == 0
+    stored = ws.doc("plan")
+    assert main(["plan", "--window", ws.location, "--json"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert [b["units"] for b in again["batches"]] == [b["units"] for b in stored["plan"]["batches"]]
     assert [b["latest_start"] for b in again["batches"]] == [b["latest_start"] for b in stored["plan"]["batches"]]
     assert again["final_agg_cost"] == stored["plan"]["final_agg_cost"] > 0
     # On the clock, as the plan task logged it, with where its costs came from.
-    assert main(["plan", "--window", str(ws.root)]) == 0
+    assert main(["plan", "--window", ws.location]) == 0
     table = capsys.readouterr().out
     assert stored["models"] in table
     assert all(f" {clock(b['latest_start_ts'])} " in table for b in stored["batches"] if not b.get("spare"))
@@ -149,7 +150,7 @@ def test_a_spec_planned_like_the_dag_needs_its_margin_and_merge(tmp_path, capsys
 
     planner(tmp_path, cut=Algorithm1()).execute(context(TI("plan"), end=START + WINDOW))
     capsys.readouterr()
-    stored = read_json(window_state(tmp_path).root / "plan.json")
+    stored = window_state(tmp_path).doc("plan")
     spec = stored["spec"]
     assert spec["margin"] == 10 and spec["final_agg"]["merge_single"]
     bare = {**spec, "margin": 0, "final_agg": {**spec["final_agg"], "merge_single": False}}

@@ -15,7 +15,6 @@ from airflow.sdk.exceptions import (
 )
 
 from airflow_iqp.sensors.ready import DEFER_MARGIN_S, BatchReadySensor
-from airflow_iqp.state import claim_units, read_json
 from airflow_iqp.triggers.ready import BatchReadyTrigger
 from tests.unit.landing import file_batch, land
 
@@ -35,8 +34,9 @@ def test_fires_at_once_when_the_units_are_there_and_claims_them(tmp_path):
     out = sensor(batch).execute(context())
     assert out["reason"] == "units"
     assert out["manifest"]["units"] == ["000000.csv", "000001.csv", "000002.csv"]
-    assert read_json(batch.window_state().claim_path(1)) == out["manifest"]
-    assert (batch.window_state().root / "cpu" / "wait.0.1.claim.json").is_file()
+    assert batch.window_state().claim_of(1) == out["manifest"]
+    assert [(r["task_id"], r["map_index"], r["try_number"], r["phase"]) for r in batch.window_state().records("cpu")] \
+        == [("wait", 0, 1, "claim")]
 
 
 def test_defers_to_the_trigger_with_a_timeout_when_not_ready(tmp_path):
@@ -53,7 +53,7 @@ def test_defers_to_the_trigger_with_a_timeout_when_not_ready(tmp_path):
     assert isinstance(timeout, timedelta)
     left = batch.deadline_ts - before
     assert left + DEFER_MARGIN_S - 1 <= timeout.total_seconds() <= left + DEFER_MARGIN_S
-    assert not batch.window_state().claims_dir.exists()  # nothing claimed before the trigger fires
+    assert batch.window_state().claims() == {}  # nothing claimed before the trigger fires
 
 
 def test_a_window_whose_deadline_has_passed_still_gets_the_margin(tmp_path):
@@ -67,7 +67,7 @@ def test_a_window_whose_deadline_has_passed_still_gets_the_margin(tmp_path):
 def test_execute_complete_claims_what_the_trigger_claimed(tmp_path):
     batch = file_batch(tmp_path)
     land(batch, 0, 1)
-    claimed = claim_units(batch.window_state(), 1, ["000000.csv"], [])  # as the trigger did when it fired
+    claimed = batch.window_state().claim(1, ["000000.csv"], [])  # as the trigger did when it fired
     land(batch, 2)  # lands after: the next batch's
     out = sensor(batch).execute_complete(context(), {"status": "ready", "reason": "time", "units": 1})
     assert out == {"manifest": claimed, "reason": "time"}
@@ -90,7 +90,7 @@ def test_an_error_event_fails_the_task_with_its_message(tmp_path):
     with pytest.raises(AirflowException, match="gave up after 30") as raised:
         sensor(batch).execute_complete(context(), transient)
     assert not isinstance(raised.value, AirflowFailException)  # Airflow's retries may get past it
-    assert not batch.window_state().claims_dir.exists()
+    assert batch.window_state().claims() == {}
 
 
 def test_skips_without_a_batch(tmp_path):
@@ -103,7 +103,7 @@ def test_skips_when_there_is_nothing_left_to_claim(tmp_path):
     batch = file_batch(tmp_path, ready_ts=now - 2, latest_start_ts=now - 1)  # due on time, nothing landed
     with pytest.raises(AirflowSkipException, match="nothing arrived that no earlier batch claimed"):
         sensor(batch).execute(context())
-    assert read_json(batch.window_state().claim_path(1))["units"] == []
+    assert batch.window_state().claim_of(1)["units"] == []
 
 
 def test_a_bad_plan_entry_fails_without_retries(tmp_path):
@@ -128,7 +128,7 @@ def test_the_tails_wait_fires_at_its_start_and_claims_nothing(tmp_path):
     tail = file_batch(tmp_path, last=True, index=2, start_ts=time.time() - 1)
     land(tail, 0, 1, 2, 3)
     assert sensor(tail, claim=False).execute(context()) == {"reason": "lead"}
-    assert not tail.window_state().claims_dir.exists()
+    assert tail.window_state().claims() == {}
     assert sensor(tail, claim=False).execute_complete(context(), {"status": "ready", "reason": "lead"}) == {
         "reason": "lead"}
 
@@ -164,8 +164,8 @@ def test_a_wait_killed_after_its_trigger_claimed_is_retried_and_rereads_the_clai
     assert BatchReadySensor(task_id="wait", batch={}).retries >= 1
     batch = file_batch(tmp_path)
     land(batch, 0, 1)
-    claimed = claim_units(batch.window_state(), 1, ["000000.csv", "000001.csv"], [])  # the trigger fired
+    claimed = batch.window_state().claim(1, ["000000.csv", "000001.csv"], [])  # the trigger fired
     land(batch, 2)  # lands after the claim: the next batch's
     retry = {"ti": SimpleNamespace(task_id="wait", map_index=0, try_number=2)}
     out = sensor(batch).execute(retry)
-    assert out["manifest"] == claimed and read_json(batch.window_state().claim_path(1)) == claimed
+    assert out["manifest"] == claimed and batch.window_state().claim_of(1) == claimed

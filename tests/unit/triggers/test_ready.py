@@ -12,7 +12,6 @@ import time
 import pytest
 from airflow.triggers.base import TriggerEvent
 
-from airflow_iqp.state import claim_units, read_json
 from airflow_iqp.landing import count_names, list_units
 from airflow_iqp.triggers.ready import BatchReadyTrigger, wait_ends_by
 from airflow_iqp.window.batch import Batch
@@ -89,7 +88,7 @@ def test_fires_on_units_when_they_land_and_claims_them(tmp_path):
     event = first_event(BatchReadyTrigger(batch, poll_interval=POLL), meanwhile=arrive)
     assert event.payload["status"] == "ready" and event.payload["reason"] == "units"
     assert event.payload["units"] == 2 and event.payload["at"] >= started + 0.3
-    claim = read_json(batch.window_state().claim_path(1))
+    claim = batch.window_state().claim_of(1)
     assert claim["units"] == ["000000.csv", "000001.csv"]
 
 
@@ -117,7 +116,7 @@ def test_a_fused_tails_wait_fires_at_its_start_and_claims_nothing(tmp_path):
     event = first_event(BatchReadyTrigger(tail, poll_interval=10, claim=False))
     assert event.payload == {"status": "ready", "reason": "lead", "at": event.payload["at"], "units": None}
     assert event.payload["at"] >= tail.start_ts
-    assert not tail.window_state().claims_dir.exists()
+    assert tail.window_state().claims() == {}
 
 
 # ------------------------------------------------------------------ errors
@@ -267,7 +266,7 @@ def test_many_triggers_on_one_landing_directory_list_it_once_per_poll(tmp_path):
     assert checks >= 2 * n * (len(counted) - 1), "every trigger checked at (nearly) every poll"
     assert cache.listings == len(counted) + len(listed) < checks / (n - 1)
     # the first claim takes the three units; the others find none left
-    claims = [read_json(b.window_state().claim_path(b.index))["units"] for b in batches]
+    claims = [b.window_state().claim_of(b.index)["units"] for b in batches]
     assert sorted(len(c) for c in claims) == [0] * (n - 1) + [3]
 
 
@@ -278,7 +277,7 @@ def test_a_batch_waits_for_the_claim_of_the_one_before(tmp_path):
 
     async def claim_first():
         await asyncio.sleep(0.3)
-        claim_units(first.window_state(), 1, [], [])
+        first.window_state().claim(1, [], [])
 
     event = first_event(BatchReadyTrigger(second, poll_interval=POLL), meanwhile=claim_first)
     assert event.payload["reason"] == "units" and event.payload["units"] == 2

@@ -3,17 +3,15 @@ by default, and never claimed again."""
 
 from __future__ import annotations
 
-import json
 import logging
 
 import pytest
 
 from airflow_iqp.errors import DataError
-from airflow_iqp.filecheck import SAMPLE_BYTES, files_to_read, kept_units, still_bad
+from airflow_iqp.filecheck import SAMPLE_BYTES, files_to_read, inspect_files, kept_units, still_bad
 from airflow_iqp.query import decompose
-from airflow_iqp.query.store import Saved, schema_dir
-from airflow_iqp.spark.steps import inspect_files
-from airflow_iqp.state import read_claims
+from airflow_iqp.query.store import Saved
+from airflow_iqp.store import open_store
 from airflow_iqp.streams import Stream
 from airflow_iqp.window.readiness import claim_batch
 from tests.batches import make_batch
@@ -68,7 +66,7 @@ def test_a_later_batch_claims_only_what_arrived_since_and_the_manifest_is_re_rea
     assert [q["unit"] for q in first["quarantined"]] == ["0003.csv"]
     assert [q["unit"] for q in second["quarantined"]] == ["0005.csv"]
     assert claim_batch(_batch(tmp_path, 2)) == second                  # a retry re-reads its claim
-    claimed = [u for c in read_claims(_batch(tmp_path).window_state()).values() for u in c["units"]]
+    claimed = [u for c in _batch(tmp_path).window_state().claims().values() for u in c["units"]]
     assert sorted(claimed) == sorted(set(claimed))                     # each unit claimed once
 
 
@@ -77,8 +75,7 @@ def test_without_a_declared_schema_the_windows_first_good_unit_sets_the_columns(
     claim = claim_batch(_batch(tmp_path, schema=None))
     assert sorted(q["unit"] for q in claim["quarantined"]) == ["0003.csv", "0005.csv"]
     assert "column latency has 'fast', expected DOUBLE" in claim["quarantined"][1]["reason"]
-    record = schema_dir(tmp_path / "state", "clicks_q") / "clicks.json"
-    assert json.loads(record.read_text())["taken_from"].endswith("0004.csv")
+    assert open_store(tmp_path / "state").query("clicks_q").columns("clicks")["taken_from"].endswith("0004.csv")
 
 
 def test_fail_mode_records_the_bad_files_and_the_batch_names_them_all_until_they_are_replaced(tmp_path):
@@ -87,7 +84,7 @@ def test_fail_mode_records_the_bad_files_and_the_batch_names_them_all_until_they
     claim = claim_batch(batch)
     assert "quarantined" not in claim and sorted(b["unit"] for b in claim["bad"]) == ["0003.csv", "0005.csv"]
     assert files_to_read(claim) == claim["files"]
-    record = schema_dir(batch.state_dir, batch.query)
+    record = open_store(batch.state_dir).query(batch.query)
     assert [b["unit"] for b in still_bad(claim, batch.stream_list(), record)] == ["0003.csv", "0005.csv"]
     saved = Saved(decompose("SELECT page, count(*) AS n FROM clicks GROUP BY page", id="clicks_q",
                             streams=["clicks"]), batch.stream_list())
@@ -107,5 +104,5 @@ def test_a_large_file_is_checked_by_its_first_rows_when_claimed_and_whole_in_the
     assert "quarantined" not in claim and "checked" not in claim       # the sample was good; rows unknown
     saved = Saved(decompose("SELECT page, count(*) AS n FROM clicks GROUP BY page", id="clicks_q",
                             streams=["clicks"]), _batch(tmp_path).stream_list())
-    found = inspect_files(files_to_read(claim), saved, schema_dir(tmp_path / "state", "clicks_q"))
+    found = inspect_files(files_to_read(claim), saved, open_store(tmp_path / "state").query("clicks_q"))
     assert found.files == [] and "column latency has 'slow'" in found.quarantined[0]["reason"]

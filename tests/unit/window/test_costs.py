@@ -9,13 +9,13 @@ import pytest
 
 from airflow_iqp.options import Algorithm1, Arrival, SparkConnect, SparkSubmit, backend_class
 from airflow_iqp.planning.models import cost_model_from_dict, final_agg_from_dict
-from airflow_iqp.spark.jobmetrics import batch_span, merge_span
-from airflow_iqp.state import WindowState, append_cost_history, atomic_write_json, claim_units, read_json
-from airflow_iqp.window.accounting import record_attempt
+from airflow_iqp.store import WindowState, open_store
+from airflow_iqp.store.files import atomic_write_json
+from airflow_iqp.window.accounting import batch_span, merge_span, record_attempt
 from airflow_iqp.window.config import QueryConfig, window_id
 from airflow_iqp.window.costs import cost_models
 from airflow_iqp.window.plan import plan_window
-from tests.unit.support import TI
+from tests.unit.support import TI, rewrite_claim
 
 START = 1_800_000_000.0
 
@@ -67,27 +67,27 @@ def test_dispatch_is_added_to_a_hint_but_not_to_the_default_nor_the_history_whic
     assert cost_models(default)[0].cost(10) == cost_models(cfg(tmp_path))[0].cost(10)
     assert "dispatch" not in cost_models(default)[2]
     for units, seconds in ((10, 12.0), (100, 18.0)):
-        append_cost_history(default.state_dir, query="cq2", kind="batch", units=units, batches=1, wall_seconds=1.0,
-                            end_to_end_seconds=seconds)
+        open_store(default.state_dir).record_cost(query="cq2", kind="batch", units=units, batches=1, wall_seconds=1.0,
+                                                  end_to_end_seconds=seconds)
     assert cost_models(default)[0].cost(10) == pytest.approx(12.0)
 
 
 def window(c: QueryConfig, start: float) -> WindowState:
-    return WindowState(c.state_dir, c.query, window_id(start))
+    return open_store(c.state_dir).window(c.query, window_id(start))
 
 
 def run_batch(ws: WindowState, index: int, units: list[str], claimed_at: float, seconds: float | None,
               tries: int = 1) -> float | None:
     """A batch as the provider runs one: claimed by its sensor, started by its task (an
     attempt per try), its partial written ``seconds`` after the claim (None: never)."""
-    claim_units(ws, index, units, [f"/landing/{u}.csv" for u in units])
-    atomic_write_json(ws.claim_path(index), {**read_json(ws.claim_path(index)), "claimed_at": claimed_at})
+    ws.claim(index, units, [f"/landing/{u}.csv" for u in units])
+    rewrite_claim(ws, index, claimed_at=claimed_at)
     for t in range(1, tries + 1):
-        record_attempt(ws.root, f"batch-{index:04d}", TI("batch.submit", index - 1, t))
+        record_attempt(ws, f"batch-{index:04d}", TI("batch.submit", index - 1, t))
     if seconds is None:
         return None
-    atomic_write_json(ws.metrics_path(index), {"units": len(units), "written_at": claimed_at + seconds})
-    return batch_span(ws.claim_path(index), claimed_at + seconds)
+    atomic_write_json(ws.metrics_uri(index), {"units": len(units), "written_at": claimed_at + seconds})
+    return batch_span(ws, index, ws.claim_of(index)["claimed_at"], claimed_at + seconds)
 
 
 def test_a_batch_costs_what_it_took_from_its_claim_to_its_written_partial(tmp_path):
@@ -97,28 +97,28 @@ def test_a_batch_costs_what_it_took_from_its_claim_to_its_written_partial(tmp_pa
     assert run_batch(ws, 2, ["c"], 1100.0, 90.0, tries=2) is None
     # No task of its own (a fused tail's batch, in a session open before its claim).
     assert run_batch(ws, 3, ["d"], 1200.0, 3.0, tries=0) is None
-    # A claim outside a window's state directory.
-    loose = tmp_path / "loose.json"
-    atomic_write_json(loose, {"batch": 1, "units": ["a"], "claimed_at": 1.0})
-    assert batch_span(loose, 5.0) is None
+    # A claim made outside Airflow (no task attempt), or one without a time.
+    ws.claim(4, ["e"], ["/landing/e.csv"])
+    assert batch_span(ws, 4, 1.0, 5.0) is None
+    assert batch_span(ws, 1, None, 5.0) is None
 
 
 def test_a_merge_costs_what_it_took_from_the_last_batch_s_end_to_the_written_result(tmp_path):
     ws = window(cfg(tmp_path), START)
     run_batch(ws, 1, ["a", "b"], 1000.0, 20.0)
     run_batch(ws, 2, ["c"], 1100.0, 22.0)
-    claim_units(ws, 3, [], [])  # a batch that found nothing to claim ends when it claims
-    atomic_write_json(ws.claim_path(3), {**read_json(ws.claim_path(3)), "claimed_at": 1125.0})
+    ws.claim(3, [], [])  # a batch that found nothing to claim ends when it claims
+    rewrite_claim(ws, 3, claimed_at=1125.0)
     assert merge_span(ws, 1150.0) is None  # the final task has not started
-    record_attempt(ws.root, "final", TI("final"))
+    record_attempt(ws, "final", TI("final"))
     assert merge_span(ws, 1150.0) == pytest.approx(1150.0 - 1125.0)
-    atomic_write_json(ws.claim_path(3), {**read_json(ws.claim_path(3)), "claimed_at": 1110.0})
+    rewrite_claim(ws, 3, claimed_at=1110.0)
     assert merge_span(ws, 1150.0) == pytest.approx(1150.0 - 1122.0)
-    record_attempt(ws.root, "final", TI("final", try_number=2))
+    record_attempt(ws, "final", TI("final", try_number=2))
     assert merge_span(ws, 1150.0) is None  # retried
     other = window(cfg(tmp_path), START + 120)
     run_batch(other, 1, ["x"], 2000.0, None)  # claimed, never written: its end is unknown
-    record_attempt(other.root, "final", TI("final"))
+    record_attempt(other, "final", TI("final"))
     assert merge_span(other, 2100.0) is None
 
 
@@ -141,13 +141,13 @@ def run_window(c: QueryConfig, start: float, noise: float):
     for i, b in enumerate(wp.batches):
         seconds = true_batch(b.units) * (1 + noise * (-1) ** i)
         span = run_batch(ws, b.index, [f"{start:.0f}-{b.index}-{u}" for u in range(b.units)], t, seconds)
-        append_cost_history(c.state_dir, query=c.query, kind="batch", units=b.units, batches=1,
-                            wall_seconds=seconds - 7, backend=c.backend, end_to_end_seconds=span)
+        open_store(c.state_dir).record_cost(query=c.query, kind="batch", units=b.units, batches=1,
+                                            wall_seconds=seconds - 7, backend=c.backend, end_to_end_seconds=span)
         t += seconds
-    record_attempt(ws.root, "final", TI("final"))
+    record_attempt(ws, "final", TI("final"))
     merged = t + true_merge(len(wp.batches)) * (1 + noise)
-    append_cost_history(c.state_dir, query=c.query, kind="final", units=c.units, batches=len(wp.batches),
-                        wall_seconds=1.0, backend=c.backend, end_to_end_seconds=merge_span(ws, merged))
+    open_store(c.state_dir).record_cost(query=c.query, kind="final", units=c.units, batches=len(wp.batches),
+                                        wall_seconds=1.0, backend=c.backend, end_to_end_seconds=merge_span(ws, merged))
     return wp
 
 
@@ -170,10 +170,10 @@ def test_one_measured_size_moves_the_default_to_it_and_keeps_its_cost_per_unit(t
     c = cfg(tmp_path)
     per_unit = SparkSubmit.default_cost["per_unit"]
     for seconds in (30.0, 32.0):
-        append_cost_history(c.state_dir, query="cq2", kind="batch", units=40, batches=1, wall_seconds=5.0,
-                            end_to_end_seconds=seconds)
-        append_cost_history(c.state_dir, query="cq2", kind="final", units=40, batches=1, wall_seconds=5.0,
-                            end_to_end_seconds=seconds - 10)
+        open_store(c.state_dir).record_cost(query="cq2", kind="batch", units=40, batches=1, wall_seconds=5.0,
+                                            end_to_end_seconds=seconds)
+        open_store(c.state_dir).record_cost(query="cq2", kind="final", units=40, batches=1, wall_seconds=5.0,
+                                            end_to_end_seconds=seconds - 10)
     cost, agg, source = cost_models(c)
     assert cost.cost(40) == pytest.approx(31.0) and cost.cost(80) == pytest.approx(31.0 + 40 * per_unit)
     assert agg.cost(1) == pytest.approx(21.0)
@@ -181,8 +181,8 @@ def test_one_measured_size_moves_the_default_to_it_and_keeps_its_cost_per_unit(t
     assert "2 merges of 1 partials measured from the last batch's end" in source
     # Faster than the default's cost per unit allows: the line from zero through it.
     for units in (100, 100):
-        append_cost_history(c.state_dir, query="cq3", kind="batch", units=units, batches=1, wall_seconds=1.0,
-                            end_to_end_seconds=5.0)
+        open_store(c.state_dir).record_cost(query="cq3", kind="batch", units=units, batches=1, wall_seconds=1.0,
+                                            end_to_end_seconds=5.0)
     fast, _agg, _s = cost_models(replace(c, query="cq3"))
     assert fast.cost(100) == pytest.approx(5.0) and fast.cost(50) == pytest.approx(2.5)
 
@@ -191,8 +191,8 @@ def test_records_without_a_claim_to_partial_span_are_not_fitted(tmp_path):
     """A calibration's batches and the Spark step alone leave the task's start out."""
     c = cfg(tmp_path)
     for units in (10, 100):
-        append_cost_history(c.state_dir, query="cq2", kind="batch", units=units, batches=1, wall_seconds=4.5,
-                            source="calibrate")
-        append_cost_history(c.state_dir, query="cq2", kind="batch", units=units, batches=1, wall_seconds=4.5,
-                            end_to_end_seconds=None)
+        open_store(c.state_dir).record_cost(query="cq2", kind="batch", units=units, batches=1, wall_seconds=4.5,
+                                            source="calibrate")
+        open_store(c.state_dir).record_cost(query="cq2", kind="batch", units=units, batches=1, wall_seconds=4.5,
+                                            end_to_end_seconds=None)
     assert cost_models(c)[2].startswith("cost from the built-in spark-submit default")

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from airflow_iqp.errors import ConfigError, DataError
-from airflow_iqp.state import ClaimError, WindowState, claim_units
+from airflow_iqp.store import ClaimError, open_store
 from airflow_iqp.landing import count_names, list_units
 from airflow_iqp.streams import Stream
 from airflow_iqp.window.batch import Batch
@@ -72,9 +72,9 @@ def test_a_bad_plan_entry_is_permanent():
 
 
 def test_a_claim_clash_and_bad_data_are_permanent(tmp_path):
-    ws = WindowState(tmp_path, "q", "w")
-    claim_units(ws, 1, ["000001"], [])
-    clash = raised(lambda: claim_units(ws, 2, ["000001"], []))
+    ws = open_store(tmp_path).window("q", "w")
+    ws.claim(1, ["000001"], [])
+    clash = raised(lambda: ws.claim(2, ["000001"], []))
     assert isinstance(clash, ClaimError) and not is_transient(clash)
     assert not is_transient(DataError("000001.csv: not a CSV file"))
 

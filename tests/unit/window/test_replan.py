@@ -8,12 +8,12 @@ import os
 
 import pytest
 
-from airflow_iqp.state import WindowState, append_cost_history, read_json
+from airflow_iqp.store import open_store
 from airflow_iqp.streams import Stream
 from airflow_iqp.window.config import QueryConfig
 from airflow_iqp.window.plan import plan_window, store_plan
 from airflow_iqp.window.readiness import batch_ready, claim_batch, fire_at
-from airflow_iqp.window.replan import REPLAN, effective, fresh_models
+from airflow_iqp.window.replan import effective, fresh_models
 
 START = 1_800_000_000.0
 STREAM = Stream("events", format="csv", pattern="*.csv").to_dict()
@@ -32,8 +32,8 @@ def cfg(tmp_path, **over) -> QueryConfig:
 
 
 def measured(c: QueryConfig, units: int, window: str) -> None:
-    append_cost_history(c.state_dir, query=c.query, kind="batch", units=units, batches=1, wall_seconds=1.0,
-                        end_to_end_seconds=true_batch(units), window=window)
+    open_store(c.state_dir).record_cost(query=c.query, kind="batch", units=units, batches=1, wall_seconds=1.0,
+                                        end_to_end_seconds=true_batch(units), window=window)
 
 
 def land(landing, count: int, mtime: float) -> None:
@@ -62,7 +62,7 @@ def test_the_next_window_s_claim_costs_its_batch_with_what_the_window_before_mea
     now = effective(only)
     assert now.cost == pytest.approx(true_batch(120), rel=0.25)
     assert now.cost == pytest.approx(fresh[0].cost(120))
-    doc = read_json(WindowState(c.state_dir, c.query, wp.window_id).root / REPLAN)
+    doc = open_store(c.state_dir).window(c.query, wp.window_id).doc("replan")
     assert doc["models"] == fresh[2] and doc["cost_model"] == fresh[0].to_dict()
 
 
@@ -76,7 +76,7 @@ def test_a_plan_whose_costs_have_not_changed_is_not_planned_again(tmp_path):
     land(tmp_path / "landing", 120, START + 60)
     for b in wp.batches:
         claim_batch(b, fire_at(b))
-    assert not (WindowState(c.state_dir, c.query, wp.window_id).root / REPLAN).exists()
+    assert open_store(c.state_dir).window(c.query, wp.window_id).doc("replan") is None
     assert [effective(b) for b in wp.batches] == wp.batches
 
 

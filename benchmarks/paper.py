@@ -7,7 +7,7 @@ delta * cost_i`` (the paper's rule when windows coincide). ``delta`` of 1 is "1D
 
 The query cost models come from a JSON file of the form
 ``{"units": 4500, "queries": [{"id", "cost": {...}, "final_agg": {...}}, ...]}`` whose
-costs are for the paper's window of 4500 units. Pure Python (layer 1).
+costs are for the paper's window of 4500 units. Pure Python: the planning layer and the input profiles.
 """
 
 from __future__ import annotations

@@ -1,0 +1,129 @@
+"""One batch's partial aggregation: the work a batch job is handed, and the job itself.
+
+The store hands a batch job its work by value (:func:`batch_work`): the files its claim
+lists (without the units quarantined when claimed), the units they belong to, and where its
+partial and metrics go. The job reads exactly those files, writes the partial to a hidden
+temporary directory beside its place and renames it into place (a retry replaces only its
+own), then its metrics, and a ``batch`` line of the cost history. No Airflow import here:
+this runs on a Spark driver.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units
+from airflow_iqp.query.store import Saved, load_query
+from airflow_iqp.spark.jobmetrics import StepMeter
+from airflow_iqp.spark.steps import parquet_rows, run_batch, write_atomic
+from airflow_iqp.store import WindowState, open_store
+from airflow_iqp.store.files import atomic_write_json, remove_temps
+from airflow_iqp.window.accounting import record_batch_cost
+
+#: Test hook: with this set to SECONDS the job sleeps that long after the partial is
+#: completely written to its temporary path and before the rename, so that a test can kill
+#: it at exactly that point.
+PAUSE_ENV = "AIRFLOW_IQP_PAUSE_BEFORE_RENAME"
+
+
+def batch_work(ws: WindowState, batch: int, static: str | dict | None = None) -> dict:
+    """What batch ``batch`` of window ``ws`` reads and writes, as plain JSON: its claimed
+    files and units (those quarantined when claimed left out, and listed), the rows of the
+    files the claim checked whole, where its partial and metrics go, and its static tables
+    (None: the saved query's)."""
+    claim = ws.claim_of(batch)
+    if claim is None:
+        raise ConfigError(f"{ws.query_id}/{ws.window_id}: batch {batch} has not claimed its input", field="batch")
+    return {"store": ws.store.location, "query": ws.query_id, "window": ws.window_id, "batch": batch,
+            "claimed": len(claim.get("units", [])), "units": kept_units(claim), "files": files_to_read(claim),
+            "checked": claim.get("checked") or {}, "claimed_at": claim.get("claimed_at"),
+            "quarantined": [{k: q[k] for k in ("unit", "file", "reason")} for q in claim.get("quarantined", [])],
+            "partial": ws.partial_uri(batch), "metrics": ws.metrics_uri(batch), "static": static}
+
+
+#: Work longer than this (in characters of JSON) goes to the job as a file the store writes,
+#: not as an argument: Linux takes no argument over 128 KiB.
+MAX_WORK_ARG = 100_000
+
+
+def work_args(ws: WindowState, work: dict) -> list[str]:
+    """The batch job's arguments that give it ``work``: the JSON itself, or where the store
+    wrote it when it is too long for one argument of a command line."""
+    text = json.dumps(work)
+    if len(text) <= MAX_WORK_ARG:
+        return ["--work", text]
+    return ["--work-file", ws.work_uri(work["batch"], work)]
+
+
+def _pause_hook(tmp) -> None:
+    seconds = float(os.environ.get(PAUSE_ENV, "0") or 0)
+    if seconds > 0:
+        print(f"airflow-iqp: partial written to {tmp}; pausing {seconds}s before rename", file=sys.stderr, flush=True)
+        time.sleep(seconds)
+
+
+def _check_work(work: dict, saved: Saved) -> None:
+    """The work names plain units and only files of the query's landing paths: work edited
+    by hand cannot make the batch read, or name in its state, anything else."""
+    from airflow_iqp.paths import check_name, check_within
+
+    for unit in work["units"]:
+        check_name(str(unit), "work.units")
+    roots = [_fixed_root(s.path) for s in saved.streams if s.path]
+    for f in work["files"] if roots else ():
+        check_within(str(f), roots, "work.files")
+
+
+def _fixed_root(path: str) -> str:
+    """The directory of a landing path before its first template expression: a saved stream
+    keeps its path as the DAG wrote it (``.../{{ data_interval_start | ts_nodash }}``), and a
+    claim names files of the rendered path."""
+    cut = min((i for i in (path.find("{{"), path.find("{%")) if i >= 0), default=-1)
+    return path if cut < 0 else path[:cut].rsplit("/", 1)[0]
+
+
+def execute_batch(spark, work: dict, *, backend: str, history: bool = True) -> dict:
+    """Run one batch end to end in ``spark``: compute, write, record. Returns the metrics."""
+    ws = open_store(work["store"]).window(work["query"], work["window"])
+    saved = load_query(work["query"], ws.store)
+    query = saved.query
+    _check_work(work, saved)
+    remove_temps(work["partial"])  # left by a killed attempt of this same batch
+    files, units = [str(f) for f in work["files"]], list(work["units"])
+    if work["claimed"] and not units:  # every unit quarantined when claimed: nothing to compute
+        return {"query": query.id, "batch": work["batch"], "units": 0, "unit_ids": [],
+                "quarantined": work["quarantined"], "wall_seconds": 0.0, "written_at": None}
+    record = ws.store.query(query.id)
+    with StepMeter(spark) as meter:
+        # The window's claimed files, in batch order, are where a stream's columns not yet
+        # declared or recorded are taken from: the window's first good unit sets them.
+        claimed = ws.claimed_files() if _columns_unknown(saved, record) else ()
+        inspection = inspect_files(files, saved, record, claimed=claimed, checked=work["checked"])
+        infos = inspection.infos
+        df = run_batch(spark, saved, files, work["static"] or None, inspection=inspection)
+        write_atomic(df, work["partial"], before_rename=_pause_hook)
+    later = {q["unit"] for q in inspection.quarantined}  # found bad past the claim's sample
+    units = [u for u in units if u not in later]
+    metrics = {
+        "query": query.id, "batch": work["batch"], "units": len(units), "unit_ids": units, "files": len(infos),
+        "bytes": sum(i.bytes or 0 for i in infos), "rows_in": sum(i.rows or 0 for i in infos),
+        "rows_out": parquet_rows(work["partial"]), "wall_seconds": meter.wall_seconds,
+        "cpu_seconds": meter.cpu_seconds, "task_seconds": meter.task_seconds, "backend": backend,
+        "quarantined": work["quarantined"] + inspection.quarantined, "written_at": time.time(),
+    }
+    atomic_write_json(work["metrics"], metrics)
+    if history:
+        record_batch_cost(ws, metrics, work["claimed_at"], backend)
+    return metrics
+
+
+def _columns_unknown(saved: Saved, record) -> bool:
+    """Whether a stream the query reads has columns neither declared, TPC-H's, nor recorded."""
+    from airflow_iqp.filecheck import is_tpch
+
+    return any(not (s.schema or is_tpch(s)) and record.columns(s.name) is None
+               for s in saved.streams if s.name in saved.query.streams)
