@@ -1,6 +1,6 @@
 """spark-submit application: one batch's partial aggregation.
 
-    spark-submit batch_job.py QUERY_ID MANIFEST STATIC_DIR OUTPUT [--state-dir DIR] [--no-history]
+    spark-submit batch_job.py QUERY_ID MANIFEST STATIC_DIR OUTPUT [--state-dir DIR] [--no-history] [--backend NAME]
 
 MANIFEST is the batch's claim (``STATE/<q>/<w>/claims/batch-NNNN.json``); the job reads
 exactly the files it lists. The partial is written as parquet to a hidden temporary
@@ -162,13 +162,13 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
     return metrics
 
 
-def execute_planned_batch(spark, batch, *, history: bool = True) -> dict:
+def execute_planned_batch(spark, batch, *, history: bool = True, backend: str | None = None) -> dict:
     """:func:`execute_batch` for one plan entry (a ``Batch``) on an open session:
     its claim in, its partial out. A Connect batch task and a fused tail's final task run
     batches this way."""
     ws = batch.window_state()
     return execute_batch(spark, batch.query, ws.claim_path(batch.index), batch.static or None,
-                         ws.partial_path(batch.index), state_dir=ws.state_dir, history=history)
+                         ws.partial_path(batch.index), state_dir=ws.state_dir, history=history, backend=backend)
 
 
 def build_session(app_name: str):
@@ -187,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("output")
     parser.add_argument("--state-dir")
     parser.add_argument("--no-history", action="store_true")
+    parser.add_argument("--backend", help="the backend's name, which the metrics and the cost history record")
     args = parser.parse_args(argv)
 
     from airflow_iqp.errors import IQPError
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session(f"iqp-batch-{args.query}-{Path(args.output).name}")
     try:
         metrics = execute_batch(spark, args.query, args.manifest, args.static_dir or None, args.output,
-                                state_dir=args.state_dir, history=not args.no_history)
+                                state_dir=args.state_dir, history=not args.no_history, backend=args.backend)
     except IQPError as exc:
         report_error("batch_job", exc)
         return 2

@@ -1,6 +1,6 @@
 """spark-submit application: the final aggregation of one window.
 
-    spark-submit final_job.py QUERY_ID WINDOW_DIR [--expect-units N] [--no-history]
+    spark-submit final_job.py QUERY_ID WINDOW_DIR [--expect-units N] [--no-history] [--backend NAME]
                               [--tail ENTRY_JSON [--tail-slots N]] [--late BATCH]
 
 WINDOW_DIR is ``STATE/<query>/<window>``. The job merges every batch's partial
@@ -256,7 +256,7 @@ def _revision(number: int, manifest: dict) -> dict:
 
 
 def execute_late(spark, query_id: str, window_dir: str | os.PathLike, late_batch: int, static_dir=None, *,
-                 history: bool = True) -> dict:
+                 history: bool = True, backend: str | None = None) -> dict:
     """Late data, merged (``late="merge"``): the late batch's claimed units into the window's result.
 
     Every claimed batch without a written partial (a fused tail's last batch, merged
@@ -271,8 +271,8 @@ def execute_late(spark, query_id: str, window_dir: str | os.PathLike, late_batch
     for batch, claim in read_claims(ws).items():
         if claim.get("units") and not ws.partial_path(batch).is_dir():
             execute_batch(spark, query_id, ws.claim_path(batch), static_dir, ws.partial_path(batch),
-                          history=history and batch == late_batch)
-    return execute_final(spark, query_id, ws.root, history=False)
+                          history=history and batch == late_batch, backend=backend)
+    return execute_final(spark, query_id, ws.root, history=False, backend=backend)
 
 
 def _metrics(ws, batch: int) -> dict:
@@ -293,6 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tail-slots", type=int, default=0, help="fused tails that run at once (0: no limit)")
     parser.add_argument("--late", type=int, metavar="BATCH",
                         help="late data: merge this claimed late batch into the result, a new revision (execute_late)")
+    parser.add_argument("--backend", help="the backend's name, which the metrics and the cost history record")
     args = parser.parse_args(argv)
 
     from airflow_iqp.errors import IQPError
@@ -301,15 +302,16 @@ def main(argv: list[str] | None = None) -> int:
     spark = build_session(f"iqp-final-{args.query}-{Path(args.window_dir).name}")
     try:
         if args.late is not None:
-            manifest = execute_late(spark, args.query, args.window_dir, args.late, history=not args.no_history)
+            manifest = execute_late(spark, args.query, args.window_dir, args.late, history=not args.no_history,
+                                    backend=args.backend)
         elif args.tail:
             from airflow_iqp.spark.tail import run_tail
 
             manifest = run_tail(spark, args.query, args.window_dir, args.tail, args.tail_slots,
-                                history=not args.no_history)
+                                history=not args.no_history, backend=args.backend)
         else:
             manifest = execute_final(spark, args.query, args.window_dir, expect_units=args.expect_units,
-                                     history=not args.no_history)
+                                     history=not args.no_history, backend=args.backend)
     except IQPError as exc:
         report_error("final_job", exc)
         return 2

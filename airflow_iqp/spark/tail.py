@@ -42,7 +42,8 @@ def read_written(spark, window_dir: str | os.PathLike, earlier: dict | None = No
 
 
 def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch: int | None,
-                 static_dir: str | None, *, history: bool = True, written: dict | None = None) -> dict:
+                 static_dir: str | None, *, history: bool = True, written: dict | None = None,
+                 backend: str | None = None) -> dict:
     """A fused tail: the last batch and the merge in one Spark job.
 
     The last batch's partial aggregate is merged with the written partials in the same job
@@ -73,7 +74,7 @@ def execute_tail(spark, query_id: str, window_dir: str | os.PathLike, tail_batch
         tail, bad = (tail_batch, run_batch(spark, saved, files, static_dir, inspection=inspection)), inspection.quarantined
         rows_in = _rows_in(inspection)
     return execute_final(spark, query_id, window_dir, history=history, tail=tail, written=written, quarantined=bad,
-                         tail_rows_in=rows_in)
+                         tail_rows_in=rows_in, backend=backend)
 
 
 def _rows_in(inspection) -> int | None:
@@ -83,7 +84,7 @@ def _rows_in(inspection) -> int | None:
 
 
 def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slots: int = 0, *,
-             history: bool = True) -> dict:
+             history: bool = True, backend: str | None = None) -> dict:
     """A fused tail in the final task's own session (both backends; the spark-submit job's
     driver, or the Connect task): the session is open and warm before the last batch's
     input is complete, so after the window's end only the work is left.
@@ -110,7 +111,7 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slots: i
             print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch",
                   flush=True)
             continue
-        _run_batch_in_turn(spark, window_dir, entry, slots, history)
+        _run_batch_in_turn(spark, window_dir, entry, slots, history, backend)
     ahead = [read_written(spark, window_dir)]
     rehearse_tail(spark, query_id, window_dir, tail, slots, ahead[0])
 
@@ -123,7 +124,7 @@ def run_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slots: i
     # The turn lasts through the merge: the tail holds the cluster until the result is written.
     with turn(tail, slots, planned=tail.remaining_cost):
         return execute_tail(spark, query_id, window_dir, tail.index, tail.static or None, history=history,
-                            written=ahead[0])
+                            written=ahead[0], backend=backend)
 
 
 #: A fused tail rehearses (:func:`rehearse_tail`) only while the window's end is at least
@@ -184,7 +185,8 @@ def rehearse_tail(spark, query_id: str, window_dir: str | os.PathLike, tail, slo
     return seconds
 
 
-def _run_batch_in_turn(spark, window_dir: str | os.PathLike, entry, slots: int, history: bool) -> None:
+def _run_batch_in_turn(spark, window_dir: str | os.PathLike, entry, slots: int, history: bool,
+                       backend: str | None = None) -> None:
     """One batch of a fused tail before the last: claimed when ready, run in its turn into its partial."""
     from airflow_iqp.spark.batch_job import execute_planned_batch
     from airflow_iqp.window.tail import claim_when_ready, turn
@@ -197,6 +199,6 @@ def _run_batch_in_turn(spark, window_dir: str | os.PathLike, entry, slots: int, 
     if ws.partial_path(entry.index).is_dir():  # a retry: written by the earlier attempt
         return
     with turn(entry, slots):
-        metrics = execute_planned_batch(spark, entry, history=history)
+        metrics = execute_planned_batch(spark, entry, history=history, backend=backend)
     print(f"airflow-iqp final_job: {entry.label}: {metrics['units']} units in {metrics['wall_seconds']:.1f} s",
           flush=True)

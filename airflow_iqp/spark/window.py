@@ -46,12 +46,13 @@ def split_consecutive(items: Sequence, k: int) -> list[list]:
 def run_window(query: str | Saved, data: str | os.PathLike | None, batches: int, out: str | os.PathLike, *,
                static: str | os.PathLike | None = None, window_id: str = "w0", master: str = "local[*]",
                conf: Mapping[str, str] | None = None, ship_package: bool | None = None,
-               timeout: float | None = None, log=None) -> dict:
+               timeout: float | None = None, backend: str | None = None, log=None) -> dict:
     """Claim and run ``batches`` consecutive batches of a window's units, then the final job.
 
     ``query`` is a catalogued query's id, whose units are in ``data`` (see
     :func:`resolve_data`), or a :class:`Saved` query whose streams say where its units are
     (``data`` is then ignored). The query is saved in ``out`` for the jobs to load.
+    ``backend``: the name the jobs record in their metrics and the cost history.
 
     Returns ``{"result", "manifest", "batches": [{"batch","units","files","wall_seconds","cpu_seconds",
     "job"}], "final": {"wall_seconds","cpu_seconds","job"}}`` where wall/CPU seconds are
@@ -76,11 +77,12 @@ def run_window(query: str | Saved, data: str | os.PathLike | None, batches: int,
     save_query(ws.state_dir, saved)
     ship = (not master.startswith("local")) if ship_package is None else ship_package
     py_files = str(build_pyfiles_zip(ws.root / ".pyfiles" / "airflow_iqp.zip")) if ship else None
+    told = ["--backend", backend] if backend else []
     report = {"query": query.id, "window": window_id, "result": str(ws.result_dir), "manifest": str(ws.result_manifest),
               "batches": [], "final": None}
     for b, chunk in enumerate(split_consecutive(units, batches)):
         manifest = claim_units(ws, b, [u.name for u in chunk], files_of(chunk, read))
-        argv = submit_args(job_path("batch"), [query.id, ws.claim_path(b), "", ws.partial_path(b)],
+        argv = submit_args(job_path("batch"), [query.id, ws.claim_path(b), "", ws.partial_path(b), *told],
                            master=master, conf=conf, py_files=py_files, name=f"iqp-{query.id}-{window_id}-b{b}")
         res = run_submit(argv, timeout=timeout)
         if res.returncode != 0:
@@ -90,7 +92,7 @@ def run_window(query: str | Saved, data: str | os.PathLike | None, batches: int,
                                   "wall_seconds": res.wall_seconds, "cpu_seconds": res.cpu_seconds, "job": job})
         if log:
             log(f"batch {b}: {len(manifest['units'])} units, {res.wall_seconds:.1f}s wall, {res.cpu_seconds:.1f}s cpu")
-    argv = submit_args(job_path("final"), [query.id, ws.root, "--expect-units", str(len(units))],
+    argv = submit_args(job_path("final"), [query.id, ws.root, "--expect-units", str(len(units)), *told],
                        master=master, conf=conf, py_files=py_files, name=f"iqp-{query.id}-{window_id}-final")
     res = run_submit(argv, timeout=timeout)
     if res.returncode != 0:
