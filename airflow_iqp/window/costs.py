@@ -8,8 +8,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from airflow_iqp import backends
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.options import backend_class
 from airflow_iqp.planning.models import (
     CostModel, FinalAggCost, LinearCost, LinearFinalAgg, PiecewiseLinearFinalAgg, cost_model_from_dict,
     final_agg_from_dict, fit_piecewise_linear, plus_fixed, scaled,
@@ -110,7 +110,7 @@ def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
     if cfg.cost_scale != 1:
         cost, agg = scaled(cost, cfg.cost_scale), scaled(agg, cfg.cost_scale)
         source += f"; costs x {cfg.cost_scale:g} (cost_scale)"
-    if cfg.fuse_tail and backend_class(cfg.backend).job_startup:
+    if cfg.fuse_tail and backends.get(cfg.backend).job_startup:
         # The merge runs in the last batch's job: it does not start a JVM of its own.
         # (On Spark Connect both run on one open session either way: nothing is shared.)
         agg = replace(agg, shared_startup=min(_overhead(cost), agg.cost(1)))
@@ -133,7 +133,7 @@ def tail_startup(cfg: QueryConfig, cost: CostModel) -> float:
     fused tail."""
     if not cfg.fuse_tail:
         return 0.0
-    return _overhead(cost) if backend_class(cfg.backend).job_startup else cfg.dispatch
+    return _overhead(cost) if backends.get(cfg.backend).job_startup else cfg.dispatch
 
 
 #: A cost-history record's seconds from claim to written output
@@ -161,7 +161,7 @@ def _batch_model(cfg: QueryConfig) -> tuple[CostModel, str, bool]:
         return (fit_piecewise_linear(samples, max_pieces=4),
                 f"cost fitted to {len(samples)} batches measured from claim to partial", False)
     hint = cfg.cost_hint is not None
-    prior = cost_model_from_dict(cfg.cost_hint if hint else backend_class(cfg.backend).default_cost, "cost_hint")
+    prior = cost_model_from_dict(cfg.cost_hint if hint else backends.get(cfg.backend).default_cost, "cost_hint")
     whose = "the configured hint" if hint else f"the built-in {cfg.backend} default"
     if samples:
         return (_through(prior, samples), f"cost from {len(samples)} batches of {samples[0][0]} units measured "
@@ -180,7 +180,7 @@ def _merge_model(cfg: QueryConfig) -> tuple[FinalAggCost, str, bool]:
         return (PiecewiseLinearFinalAgg(fit_piecewise_linear(samples, max_pieces=3).points),
                 f"final aggregation fitted to {len(samples)} merges measured from the last batch's end", False)
     hint = cfg.final_agg_hint is not None
-    prior = final_agg_from_dict(cfg.final_agg_hint if hint else backend_class(cfg.backend).default_final_agg,
+    prior = final_agg_from_dict(cfg.final_agg_hint if hint else backends.get(cfg.backend).default_final_agg,
                                 "final_agg_hint")
     whose = "the configured hint" if hint else f"the built-in {cfg.backend} default"
     if samples:

@@ -136,7 +136,7 @@ def test_the_batch_job_runs_on_its_claim_and_the_task_reports_its_metrics(tmp_pa
     argv = rec["argv"]
     assert argv[argv.index(job_path("batch")):] == [
         job_path("batch"), "cq2", str(ws.claim_path(1)), str(tmp_path / "static"), str(ws.partial_path(1)),
-        "--state-dir", str(tmp_path / "state")]
+        "--state-dir", str(tmp_path / "state"), "--backend", "spark-submit"]
     assert out["index"] == 1 and out["units"] == 2 and out["wall_seconds"] == 2.0 and out["task_cpu_seconds"] > 0
     assert out["started"] <= out["ended"]
     assert (ws.root / "cpu" / "batch.submit.0.1.run.json").is_file()

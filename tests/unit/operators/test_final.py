@@ -54,7 +54,8 @@ def test_the_report_compares_the_plan_with_what_ran_and_records_late_units(tmp_p
     ctx = context(TI("final"))
     report = final(tmp_path, plan=plan).execute(ctx)
     argv = read_record(tmp_path / "submit.json")["argv"]
-    assert argv[argv.index(job_path("final")):] == [job_path("final"), "cq2", str(ws.root)]
+    assert argv[argv.index(job_path("final")):] == [job_path("final"), "cq2", str(ws.root), "--backend",
+                                                    "spark-submit"]
     assert report == read_json(ws.root / "report.json")
     assert [(b["index"], b["planned_units"], b["claimed_units"], b["wall_seconds"]) for b in report["batches"]] == [
         (1, 2, 2, 4.0), (2, 2, 2, 4.0)]
@@ -147,7 +148,7 @@ def test_late_data_is_merged_as_a_new_revision_of_the_earlier_window(tmp_path):
     ctx = context(start=START.add(minutes=4))
     report = op.execute(ctx)
     argv = read_record(tmp_path / "submit.json")["argv"]
-    assert argv[-4:] == ["cq2", str(ws.root), "--late", "2"]
+    assert argv[-6:] == ["cq2", str(ws.root), "--late", "2", "--backend", "spark-submit"]
     assert report["revision"] == 2 and report["late_units"] == [] and report["partial"] is False
     assert read_json(ws.result_manifest)["late_units"] == [] and read_json(ws.root / "late.json")["units"] == []
     assert ctx["outlet_events"][result_asset("cq2")].extra["revision"] == 2
