@@ -2,7 +2,8 @@
 
 A backend is one class behind :class:`~airflow_iqp.backends.base.Backend`: the user's typed
 options (``SparkSubmit(pool=...)``), its name, its built-in default costs and other facts,
-and how a task runs its batch or final step (:meth:`~Backend.runner`). Plans, metrics, ``QueryConfig``
+how a task runs its batch or final step (:meth:`~Backend.runner`) and how ``airflow-iqp
+calibrate`` measures it (:meth:`~Backend.calibration_runner`). Plans, metrics, ``QueryConfig``
 and the cost history record its :attr:`~Backend.name`; :func:`get` turns the name back
 into the class. Adding a backend is a module of its own and one entry in :data:`BACKENDS`.
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_iqp.backends.base import Backend, Runner
+from airflow_iqp.backends.base import Backend, CalibrationRunner, Runner
 from airflow_iqp.backends.spark_connect import SparkConnect
 from airflow_iqp.backends.spark_submit import SparkSubmit
 from airflow_iqp.errors import ConfigError
@@ -22,7 +23,7 @@ from airflow_iqp.errors import ConfigError
 #: first is the default.
 BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (SparkSubmit, SparkConnect)}
 
-__all__ = ["BACKENDS", "Backend", "Runner", "SparkConnect", "SparkSubmit", "backend_class",
+__all__ = ["BACKENDS", "Backend", "CalibrationRunner", "Runner", "SparkConnect", "SparkSubmit", "backend_class",
            "get", "names", "typed_choices"]
 
 

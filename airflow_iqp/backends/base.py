@@ -1,5 +1,6 @@
 """What every backend is: :class:`Backend`, the user's typed options and the backend's facts,
-and the runner it makes for a task (:class:`Runner`).
+and the two kinds of runner it makes (:class:`Runner` for a task, :class:`CalibrationRunner`
+for ``airflow-iqp calibrate``).
 
 A backend is one class in a module of its own (``spark_submit.py``, ``spark_connect.py``),
 found by its name through the registry (:mod:`airflow_iqp.backends`). What differs between
@@ -21,6 +22,7 @@ from airflow_iqp.errors import ConfigError
 if TYPE_CHECKING:
     from airflow_iqp.hooks.spark import IQPSparkHook
     from airflow_iqp.hooks.state import IQPStateHook
+    from airflow_iqp.state import WindowState
     from airflow_iqp.window.batch import Batch
 
 #: A fused tail's task starts this long before the window's end by default: enough for
@@ -124,6 +126,16 @@ class Backend:
         honour (Spark conf on a running server)."""
         raise NotImplementedError
 
+    @classmethod
+    def calibration_runner(cls, *, master: str = "local[*]", conf: Mapping[str, Any] | None = None,
+                           url: str | None = None, port: int | None = None, server_pid: int | None = None,
+                           log=None) -> CalibrationRunner:
+        """The runner ``airflow-iqp calibrate`` measures this backend with, outside Airflow.
+        Each backend takes what concerns it: a Spark ``master`` and ``conf`` for a job of
+        its own, or a server's ``url`` (else a local server on ``port``, started for the
+        calibration) and its JVM's ``server_pid``. Use it as a context manager."""
+        raise NotImplementedError
+
 
 class Runner:
     """One task's Spark work on a backend (made by :meth:`Backend.runner`): a batch, or a
@@ -159,3 +171,33 @@ class Runner:
     def on_kill(self) -> None:
         if self.hook is not None:
             self.hook.on_kill()
+
+
+class CalibrationRunner:
+    """Runs a calibration's batches and merges on a backend and measures each, end to end
+    as the orchestrator sees it (:func:`airflow_iqp.spark.calibrate.calibrate`)."""
+
+    #: The backend's name, recorded with the measurements and the fit.
+    name: ClassVar[str]
+    #: Whether one unrecorded batch and merge run first: a session's first call warms
+    #: caches that a planned window's calls, on a server that served earlier ones, find warm.
+    warm_up_first: ClassVar[bool] = False
+    #: Seconds the server this runner started took to start (None: none was started).
+    startup_seconds: float | None = None
+
+    def batch(self, query: str, ws: WindowState, b: int, static) -> tuple[float, float | None]:
+        """Run claimed batch ``b`` of ``ws``; its wall and CPU seconds (None: unknown)."""
+        raise NotImplementedError
+
+    def final(self, query: str, ws: WindowState) -> tuple[float, float | None]:
+        """Merge the partials of ``ws``; its wall and CPU seconds (None: unknown)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the runner opened or started."""
+
+    def __enter__(self) -> CalibrationRunner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -2,16 +2,18 @@
 
 Its tasks call the Spark jobs' functions (``execute_planned_batch``, ``execute_final``,
 ``run_tail``, ``execute_late``) on a session the hook opens on a ``spark_connect``
-connection. Each call is given the backend's name, which the metrics and the cost
+connection; its calibration calls them on a session of its own, measuring the call and the
+server JVM's CPU. Each call is given the backend's name, which the metrics and the cost
 history record.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
-from airflow_iqp.backends.base import TAIL_LEAD_S, Backend, Runner
+from airflow_iqp.backends.base import TAIL_LEAD_S, Backend, CalibrationRunner, Runner
 from airflow_iqp.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -50,6 +52,29 @@ class SparkConnect(Backend):
                               f"a running Spark Connect server", sorted(spark_kwargs)[0])
         return _ConnectRunner(cls, conn_id or config.connect_conn_id())
 
+    @classmethod
+    def calibration_runner(cls, *, url: str | None = None, port: int | None = None, server_pid: int | None = None,
+                           log=None, **_elsewhere: Any) -> CalibrationRunner:
+        """On the server at ``url`` (its JVM's CPU counted too when ``server_pid`` is given or
+        the URL names a local server of ours), else on a local server on ``port``, started
+        for the calibration and stopped after, unless it was running."""
+        from airflow_iqp.spark import connect
+
+        started = None
+        if url and server_pid is None:
+            from urllib.parse import urlparse
+
+            parsed = urlparse(url)
+            if parsed.hostname in ("127.0.0.1", "localhost") and parsed.port:
+                server_pid = connect.server_status(parsed.port)["pid"]
+        if not url:
+            started = connect.start_server(port or connect.DEFAULT_PORT)
+            url, server_pid = started["url"], started["pid"]
+            if log:
+                log(f"Spark Connect server {connect.redact_url(url)} (pid {server_pid}): "
+                    + ("already running" if started["already"] else f"started in {started['startup_seconds']:.1f} s"))
+        return _ConnectCalibration(url, server_pid, started)
+
 
 class _ConnectRunner(Runner):
     """The Spark jobs' functions on a session of a running Spark Connect server."""
@@ -74,3 +99,61 @@ class _ConnectRunner(Runner):
                 run_tail(spark, query, window_dir, tail, tail_slots, backend=name)
             else:
                 execute_final(spark, query, window_dir, backend=name)
+
+
+class _ConnectCalibration(CalibrationRunner):
+    """Each batch and merge as a call on one open session of a warm server; its CPU is this
+    process's and, with ``server_pid``, the server JVM's."""
+
+    name = SparkConnect.name
+    warm_up_first = True
+
+    def __init__(self, url: str, server_pid: int | None = None, started: dict | None = None) -> None:
+        self.url, self.server_pid, self.started = url, server_pid, started
+        self.startup_seconds = started["startup_seconds"] if started else None
+        self._spark = None
+
+    @property
+    def spark(self):
+        """The session, opened at the first call."""
+        if self._spark is None:
+            from airflow_iqp.spark.connect import connect_session
+
+            self._spark = connect_session(self.url)
+        return self._spark
+
+    def _cpu(self) -> float:
+        from airflow_iqp.spark.connect import server_cpu_seconds
+        from airflow_iqp.spark.jobmetrics import process_cpu_seconds
+
+        return process_cpu_seconds() + (server_cpu_seconds(self.server_pid) if self.server_pid else 0.0)
+
+    def _measure(self, fn) -> tuple[float, float | None]:
+        spark = self.spark
+        c0 = self._cpu()
+        t0 = time.perf_counter()
+        fn(spark)
+        wall = time.perf_counter() - t0
+        return wall, (self._cpu() - c0) if self.server_pid else None
+
+    def batch(self, query, ws, b, static) -> tuple[float, float | None]:
+        from airflow_iqp.spark.batch_job import execute_batch
+
+        static = str(static) if static else None
+        return self._measure(lambda spark: execute_batch(spark, query, ws.claim_path(b), static, ws.partial_path(b),
+                                                         history=False, backend=self.name))
+
+    def final(self, query, ws) -> tuple[float, float | None]:
+        from airflow_iqp.spark.final_job import execute_final
+
+        return self._measure(lambda spark: execute_final(spark, query, ws.root, history=False, backend=self.name))
+
+    def close(self) -> None:
+        from airflow_iqp.spark import connect
+
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+        if self.started is not None and not self.started["already"]:
+            connect.stop_server(self.started["port"])
+            self.started = None

@@ -1,7 +1,9 @@
 """The spark-submit backend: one spark-submit of the batch or final job per task.
 
 Its tasks run ``airflow_iqp/spark/batch_job.py`` and ``final_job.py`` through the Spark
-provider's hook (:class:`~airflow_iqp.hooks.spark.IQPSparkHook`). Every job is told its backend's name (``--backend``), which its metrics and the
+provider's hook (:class:`~airflow_iqp.hooks.spark.IQPSparkHook`); its calibration runs the
+same scripts through :func:`~airflow_iqp.spark.submit.run_submit` and measures each whole
+process. Every job is told its backend's name (``--backend``), which its metrics and the
 cost history record.
 """
 
@@ -12,8 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from airflow_iqp._values import _set
-from airflow_iqp.backends.base import TAIL_LEAD_S, Backend, Runner
-from airflow_iqp.errors import ConfigError
+from airflow_iqp.backends.base import TAIL_LEAD_S, Backend, CalibrationRunner, Runner
+from airflow_iqp.errors import ConfigError, DataError
 
 if TYPE_CHECKING:
     from airflow_iqp.hooks.state import IQPStateHook
@@ -65,6 +67,11 @@ class SparkSubmit(Backend):
                **spark_kwargs: Any) -> Runner:
         return _SubmitRunner(cls, conn_id, conf, spark_kwargs)
 
+    @classmethod
+    def calibration_runner(cls, *, master: str = "local[*]", conf: Mapping[str, Any] | None = None,
+                           **_elsewhere: Any) -> CalibrationRunner:
+        return _SubmitCalibration(master, conf)
+
 
 class _SubmitRunner(Runner):
     """One spark-submit of the batch or final job per task (the Spark provider's hook)."""
@@ -90,3 +97,29 @@ class _SubmitRunner(Runner):
         if late is not None:  # the earlier window's late batch, merged as a new revision
             args += ["--late", str(late)]
         self._hook().submit(job_path("final"), [*args, "--backend", self.backend.name], name=app_name)
+
+
+class _SubmitCalibration(CalibrationRunner):
+    """Each batch and merge as one spark-submit, measured as a whole process (JVM start-up included)."""
+
+    name = SparkSubmit.name
+
+    def __init__(self, master: str = "local[*]", conf: Mapping[str, Any] | None = None) -> None:
+        self.master, self.conf = master, conf
+
+    def batch(self, query, ws, b, static) -> tuple[float, float | None]:
+        return self._run("batch", [query, ws.claim_path(b), str(static or ""), ws.partial_path(b)],
+                         f"iqp-calibrate-{query}-b{b}", f"batch {b}")
+
+    def final(self, query, ws) -> tuple[float, float | None]:
+        return self._run("final", [query, ws.root], f"iqp-calibrate-{query}-final", "final")
+
+    def _run(self, job: str, args: list, app_name: str, what: str) -> tuple[float, float | None]:
+        from airflow_iqp.spark.submit import job_path, run_submit, submit_args
+
+        argv = submit_args(job_path(job), [*args, "--no-history", "--backend", self.name], master=self.master,
+                           conf=self.conf, name=app_name)
+        res = run_submit(argv, timeout=1800)
+        if res.returncode != 0:
+            raise DataError(f"calibration {what} failed (exit {res.returncode}):\n{res.tail()}")
+        return res.wall_seconds, res.cpu_seconds
