@@ -100,7 +100,7 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
     """Run one batch end to end in ``spark``: read the claim, compute, write, record. Returns the metrics."""
     from airflow_iqp.errors import ConfigError
     from airflow_iqp.filecheck import files_to_read, kept_units
-    from airflow_iqp.spark.jobmetrics import StepMeter, backend_name, batch_span
+    from airflow_iqp.spark.jobmetrics import StepMeter, batch_span
     from airflow_iqp.query.store import load_query, schema_dir
     from airflow_iqp.spark.steps import inspect_files, parquet_rows, run_batch, write_atomic
     from airflow_iqp.state import WindowState, append_cost_history, atomic_write_json, batch_of, read_json
@@ -111,7 +111,6 @@ def execute_batch(spark, query_id: str, manifest_path: str | os.PathLike, static
     manifest = read_json(manifest_path)
     files = [str(f) for f in files_to_read(manifest)]  # the units quarantined when claimed are left out
     output = Path(output)
-    backend = backend or backend_name(spark)
     window = None
     if state_dir is None:
         try:

@@ -157,7 +157,7 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
     its ``units`` none of them.
     """
     from airflow_iqp.errors import ConfigError
-    from airflow_iqp.spark.jobmetrics import StepMeter, backend_name, merge_span
+    from airflow_iqp.spark.jobmetrics import StepMeter, merge_span
     from airflow_iqp.query.store import load_query
     from airflow_iqp.spark.steps import parquet_rows, run_final, write_result
     from airflow_iqp.state import append_cost_history, atomic_write_json, read_json
@@ -171,7 +171,6 @@ def execute_final(spark, query_id: str, window_dir: str | os.PathLike, *, expect
     saved = load_query(query_id, ws.state_dir)
     query = saved.query
     cover = check_coverage(ws, expect_units, computing=tail[0] if tail else None)
-    backend = backend or backend_name(spark)
     paths = [p for p in cover["partials"] if not tail or p != str(ws.partial_path(tail[0]))]
     rows_estimate = merge_rows_estimate(ws, paths, tail_rows_in, tail=bool(tail))
     with StepMeter(spark) as meter:

@@ -14,7 +14,6 @@ batch or a merge cost its window from claim to written output (:func:`batch_span
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -84,13 +83,6 @@ class StepMeter:
             t1 = spark_task_seconds(self.spark)
             self.task_seconds = None if t1 is None else t1 - self._task0
         return False
-
-
-def backend_name(spark) -> str:
-    """``spark-submit`` under spark-submit, ``spark-connect`` for a Connect session, else ``pyspark``."""
-    if type(spark).__module__.startswith("pyspark.sql.connect"):
-        return "spark-connect"
-    return "spark-submit" if os.environ.get("SPARK_ENV_LOADED") or os.environ.get("IQP_UNDER_SPARK_SUBMIT") else "pyspark"
 
 
 def batch_span(manifest_path: str | Path, written_at: float | None) -> float | None:

@@ -115,7 +115,6 @@ def submit_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in parts:
         env["PYTHONPATH"] = os.pathsep.join([root, *parts])
-    env["IQP_UNDER_SPARK_SUBMIT"] = "1"
     return env
 
 
