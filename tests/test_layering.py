@@ -11,10 +11,10 @@ ROOT = Path(airflow_iqp.__file__).parent
 HEAVY = ("airflow", "pyspark", "ortools", "matplotlib")
 #: What the Spark jobs may use of the provider side: the fused tail's entry point.
 SPARK_MAY_USE = ("airflow_iqp.window.tail",)
-PROVIDER = ("airflow_iqp.window", "airflow_iqp.coordination", "airflow_iqp.operators", "airflow_iqp.sensors",
-            "airflow_iqp.triggers", "airflow_iqp.hooks", "airflow_iqp.timetables", "airflow_iqp.plugins",
-            "airflow_iqp.notifications", "airflow_iqp.dag_factory", "airflow_iqp.priority", "airflow_iqp.deadlines",
-            "airflow_iqp.cli")
+PROVIDER = ("airflow_iqp.window", "airflow_iqp.coordination", "airflow_iqp.backends", "airflow_iqp.operators",
+            "airflow_iqp.sensors", "airflow_iqp.triggers", "airflow_iqp.hooks", "airflow_iqp.timetables",
+            "airflow_iqp.plugins", "airflow_iqp.notifications", "airflow_iqp.dag_factory", "airflow_iqp.priority",
+            "airflow_iqp.deadlines", "airflow_iqp.cli")
 MAX_LINES = 400
 
 
@@ -54,6 +54,12 @@ def test_planning_the_decomposer_and_the_package_root_import_neither_airflow_nor
 
 def test_the_window_runtime_imports_neither_airflow_nor_spark():
     assert loaded_by("airflow_iqp.window", "airflow_iqp.coordination") == []
+
+
+def test_the_backends_load_neither_airflow_nor_spark_until_they_run():
+    # The window runtime validates and plans with the backend classes; their runners import
+    # the Airflow hooks and PySpark inside their methods.
+    assert loaded_by("airflow_iqp.backends") == []
 
 
 def test_the_spark_jobs_use_nothing_of_the_provider_but_the_fused_tail_entry_point():
