@@ -9,9 +9,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 # The settings of iqp_dag: pure Python, so importing them here keeps this module free of both.
-from airflow_iqp.options import (  # noqa: E402
-    Alerts, Algorithm1, Arrival, MinBatches, OneBatch, SparkConnect, SparkSubmit,
-)
+from airflow_iqp.backends import SparkConnect, SparkSubmit  # noqa: E402
+from airflow_iqp.options import Alerts, Algorithm1, Arrival, MinBatches, OneBatch  # noqa: E402
 
 __all__ = ["Alerts", "Algorithm1", "Arrival", "MinBatches", "OneBatch", "SparkConnect", "SparkSubmit",
            "get_provider_info"]

@@ -43,10 +43,10 @@ from typing import Mapping
 import pendulum
 from airflow.sdk import DAG, XComArg, task_group
 
+from airflow_iqp.backends import typed_choices
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.options import (
-    Alerts, Algorithm1, Arrival, Backend, Cut, OneBatch, SparkConnect, SparkSubmit, expect,
-)
+from airflow_iqp.backends import Backend, SparkSubmit
+from airflow_iqp.options import Alerts, Algorithm1, Arrival, Cut, OneBatch, expect
 from airflow_iqp.query import Query, decompose
 from airflow_iqp.query.model import check_query_id
 from airflow_iqp.streams import as_streams, ddl_columns, landing_of
@@ -105,8 +105,8 @@ def iqp_dag(*, sql: str | None = None, name: str | None = None, query: str | Que
     :param arrival: how input arrives (:class:`~airflow_iqp.options.Arrival`).
     :param cut: how a window is cut (:class:`~airflow_iqp.options.Algorithm1`,
         :class:`~airflow_iqp.options.MinBatches` or :class:`~airflow_iqp.options.OneBatch`).
-    :param backend: which backend runs it (:class:`~airflow_iqp.options.SparkSubmit` or
-        :class:`~airflow_iqp.options.SparkConnect`).
+    :param backend: which backend runs it (:class:`~airflow_iqp.backends.SparkSubmit` or
+        :class:`~airflow_iqp.backends.SparkConnect`).
     :param alerts: deadline alerts (:class:`~airflow_iqp.options.Alerts`).
     :param state_dir: the state directory (default ``[iqp] state_dir``).
     :param anchor: a window boundary; no window starts before it.
@@ -121,7 +121,7 @@ def iqp_dag(*, sql: str | None = None, name: str | None = None, query: str | Que
         raise ConfigError(f"moved to {MOVED[moved[0]].format(moved[0])}", moved[0])
     arrival = expect(arrival, Arrival, "arrival", "Arrival(...) (arrival='observed' is Arrival(observed=True))")
     cut = expect(cut, Cut, "cut", "Algorithm1(...), MinBatches(...) or OneBatch()")
-    backend = expect(backend, Backend, "backend", "SparkSubmit(...) or SparkConnect(...)")
+    backend = expect(backend, Backend, "backend", typed_choices())
     alerts = expect(alerts, Alerts, "alerts", "Alerts(...)")
     q, stream_list, landing = _query_and_streams(query, sql, name, streams, static, isinstance(cut, OneBatch))
     if q.single_batch and not isinstance(cut, OneBatch):
@@ -144,9 +144,9 @@ def iqp_dag(*, sql: str | None = None, name: str | None = None, query: str | Que
             streams=[st.to_dict() for st in stream_list] if stream_list else None,
             arrival=arrival, cut=cut, backend=backend, on_deadline_risk=alerts.on_risk)
         spark = {**backend.task_kwargs(), "backend": backend, "retry_delay": dt.timedelta(seconds=5)}
-        # On Spark Connect every batch takes a turn on the one server; a spark-submit batch
-        # would hold its turn through its JVM's start, so there only fused tails do.
-        turns = {"slots": backend.tail_slots} if isinstance(backend, SparkConnect) else {}
+        # Where every batch takes a turn on the cluster, the mapped ones do too; a batch that
+        # would hold its turn through its JVM's start leaves the turns to fused tails.
+        turns = {"slots": backend.tail_slots} if backend.mapped_batches_take_turns else {}
 
         @task_group(group_id="batch")
         def batch(entry):

@@ -8,6 +8,9 @@
             backend=SparkSubmit(pool="spark"),   # which backend runs it: or SparkConnect()
             alerts=Alerts(on_miss=...))          # what happens when a deadline is at risk or missed
 
+The backends (``SparkSubmit``, ``SparkConnect``) are :mod:`airflow_iqp.backends`'; every
+setting is importable from the package itself: ``from airflow_iqp import Arrival, SparkSubmit``.
+
 Each object refuses a bad value, or a combination that makes no sense, when it is built,
 with a :class:`~airflow_iqp.errors.ConfigError` whose ``field`` names the setting to fix
 (``cut.ahead``, ``backend.tail_slots``). :meth:`query_config` gives an object's part of
@@ -23,17 +26,12 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping
 
-from airflow_iqp._values import _copy, _flag, _model, _name, _number, _seconds, _set, _whole
+from airflow_iqp._values import _copy, _flag, _model, _number, _seconds, _set, _whole
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.inputs.profiles import PROFILES
 from airflow_iqp.planning.models import cost_model_from_dict, final_agg_from_dict
 
-#: A fused tail's task starts this long before the window's end by default: enough for
-#: Airflow to start it and for it to open its Spark session.
-TAIL_LEAD_S = 5.0
-#: On spark-submit the fused tail's job also starts a JVM before the window's end: this
-#: much more lead by default.
-TAIL_LEAD_JVM_S = 10.0
+__all__ = ["Alerts", "Algorithm1", "Arrival", "Cut", "MinBatches", "OneBatch", "expect"]
 
 
 def expect(value, kind: type, field: str, choices: str):
@@ -104,9 +102,9 @@ class Cut:
     :class:`OneBatch`. What they share: how costs are planned.
 
     No cost needs to be given. The first window is planned with the backend's built-in
-    default (:attr:`Backend.default_cost`); every later one with the cost history, what
-    this query's batches and merges took on this backend from claim to written output
-    (or an ``airflow-iqp calibrate`` fit). The hints override the built-in default only.
+    default (:attr:`airflow_iqp.backends.base.Backend.default_cost`); every later one with
+    the cost history, what this query's batches and merges took on this backend from
+    claim to written output (or an ``airflow-iqp calibrate`` fit). The hints override the built-in default only.
 
     :param cost_hint: one batch's cost from its claim to its written partial (the task's
         start, the JVM or session, the Spark work), ``{"kind": "linear", "per_unit": s,
@@ -214,147 +212,6 @@ class OneBatch(Cut):
     (an exact median, a window function over the stream), which then runs this way."""
 
     mode: ClassVar[str] = "one_batch"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Backend:
-    """Which backend runs the batches and the final aggregation: :class:`SparkSubmit` or
-    :class:`SparkConnect`. What they share:
-
-    :param conn_id: the Airflow connection (default: ``[iqp] spark_conn_id``, or
-        ``[iqp] spark_connect_conn_id`` for Spark Connect).
-    :param pool: an Airflow pool whose slots are the batches the Spark cluster runs at once.
-    :param weight_rule: ``"airflow_iqp.priority.EDFPriority"``, ``...LLFPriority`` or
-        ``...SJFPriority``: which ready batch of the queries in the pool runs first.
-    :param retries: retries of each batch and final task.
-    :param fuse_tail: run the last batch inside the final task, started ``tail_lead``
-        seconds before the window's end; batches ready after it starts run in it too, so
-        after the window's end no task or session starts. The price is a worker slot held
-        for the lead and more.
-    :param tail_lead: seconds before the window's end that the final task starts (None: the
-        backend's :attr:`lead`; 0 starts it at the window's end).
-    :param tail_slots: how many of the state directory's batches run at once, earliest
-        deadline first (0: no limit; 1: the paper's one batch at a time).
-    :param dispatch: seconds Airflow takes from a batch's claim to its Spark work (sensor
-        resume, task start, session), added to every planned batch whose cost leaves it out:
-        a ``cost_hint`` and an ``airflow-iqp calibrate`` fit. The built-in default and the
-        cost history run from the claim and include it.
-    """
-
-    name: ClassVar[str]
-    #: The default of ``tail_lead`` on this backend.
-    default_tail_lead: ClassVar[float]
-    #: The cost of one batch from its claim to its written partial that a query's first
-    #: window is planned with, before it has a cost history: a conservative linear model,
-    #: start-up and per unit, of what calibration measures on a small (2-core) machine.
-    default_cost: ClassVar[Mapping[str, Any]]
-    #: The same for the final aggregation of k partials, from the last batch's end to the
-    #: written result.
-    default_final_agg: ClassVar[Mapping[str, Any]]
-    #: Whether every job starts a Spark application of its own (a JVM), so that a merge run
-    #: in the last batch's job (a fused tail) saves one start-up.
-    job_startup: ClassVar[bool]
-
-    conn_id: str | None = None
-    pool: str | None = None
-    weight_rule: str | None = None
-    retries: int = 2
-    fuse_tail: bool = False
-    tail_lead: float | dt.timedelta | None = None
-    tail_slots: int = 0
-    dispatch: float | dt.timedelta = 0.0
-
-    def __post_init__(self):
-        if type(self) is Backend:
-            raise ConfigError("give SparkSubmit() or SparkConnect()", "backend")
-        _name(self.conn_id, "backend.conn_id", "an Airflow connection id")
-        _name(self.pool, "backend.pool", "an Airflow pool's name")
-        _name(self.weight_rule, "backend.weight_rule", "a priority weight strategy's class path")
-        _whole(self.retries, "backend.retries", 0)
-        _flag(self.fuse_tail, "backend.fuse_tail")
-        _set(self, "tail_lead", _seconds(self.tail_lead, "backend.tail_lead", optional=True))
-        _whole(self.tail_slots, "backend.tail_slots", 0)
-        _set(self, "dispatch", _seconds(self.dispatch, "backend.dispatch"))
-
-    @property
-    def lead(self) -> float:
-        """Seconds before the window's end that a fused tail's task starts."""
-        return self.default_tail_lead if self.tail_lead is None else self.tail_lead
-
-    def query_config(self) -> dict[str, Any]:
-        """This object's part of the runtime's ``QueryConfig``."""
-        return {"backend": self.name, "fuse_tail": self.fuse_tail, "dispatch": self.dispatch}
-
-    def task_kwargs(self) -> dict[str, Any]:
-        """What every batch and final task of this backend takes."""
-        out = {"retries": self.retries, "conn_id": self.conn_id, "pool": self.pool, "weight_rule": self.weight_rule}
-        return {k: v for k, v in out.items() if v is not None}
-
-
-@dataclass(frozen=True, kw_only=True)
-class SparkSubmit(Backend):
-    """One spark-submit per batch (YARN, Kubernetes, standalone, local), through the Spark
-    provider's connection. A fused tail's job starts its JVM during the lead, so the
-    default lead is longer here.
-
-    :param conf: Spark conf for every batch and final job (``--conf key=value``).
-
-    ``tail_slots`` applies to fused tails only: a mapped batch would hold its turn while its
-    JVM starts, so it needs ``fuse_tail=True``.
-    """
-
-    name: ClassVar[str] = "spark-submit"
-    default_tail_lead: ClassVar[float] = TAIL_LEAD_S + TAIL_LEAD_JVM_S
-    # On a 2-core machine one spark-submit of a trivial job takes about 20 s of wall time,
-    # the task's start included; the per-unit cost is kept high so that a first window
-    # errs towards more batches, earlier.
-    default_cost: ClassVar[Mapping[str, Any]] = {"kind": "linear", "per_unit": 0.25, "per_batch": 20.0}
-    default_final_agg: ClassVar[Mapping[str, Any]] = {"kind": "linear", "base": 20.0, "per_batch": 0.5}
-    job_startup: ClassVar[bool] = True
-
-    conf: Mapping[str, Any] | None = None
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.conf is not None:
-            if not isinstance(self.conf, Mapping) or not all(
-                    isinstance(k, str) and isinstance(v, (str, int, float, bool)) for k, v in self.conf.items()):
-                raise ConfigError(f"must map Spark conf keys to values, got {self.conf!r}", "backend.conf")
-            _set(self, "conf", dict(self.conf))
-        if self.tail_slots and not self.fuse_tail:
-            raise ConfigError("takes turns among fused tails only on spark-submit: give fuse_tail=True, "
-                              "or use SparkConnect()", "backend.tail_slots")
-
-    def task_kwargs(self) -> dict[str, Any]:
-        return {**super().task_kwargs(), **({"conf": dict(self.conf)} if self.conf else {})}
-
-
-@dataclass(frozen=True, kw_only=True)
-class SparkConnect(Backend):
-    """Every batch and the final aggregation on one running Spark Connect server. It has no
-    ``conf``: a running server cannot take spark-submit conf; set it when the server starts.
-
-    ``tail_slots`` applies to every batch here, mapped ones too.
-    """
-
-    name: ClassVar[str] = "spark-connect"
-    default_tail_lead: ClassVar[float] = TAIL_LEAD_S
-    # A warm server answers a call in about 0.3 s; Airflow starting the task takes most of
-    # the rest of a batch's start-up.
-    default_cost: ClassVar[Mapping[str, Any]] = {"kind": "linear", "per_unit": 0.1, "per_batch": 3.0}
-    default_final_agg: ClassVar[Mapping[str, Any]] = {"kind": "linear", "base": 3.0, "per_batch": 0.2}
-    job_startup: ClassVar[bool] = False
-
-
-#: The backends by name (``QueryConfig.backend``, the cost history's ``backend``).
-BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (SparkSubmit, SparkConnect)}
-
-
-def backend_class(name: str) -> type[Backend]:
-    """The backend option class named ``name`` (``"spark-submit"``, ``"spark-connect"``)."""
-    if name not in BACKENDS:
-        raise ConfigError(f"must be one of {', '.join(BACKENDS)}, got {name!r}", "backend")
-    return BACKENDS[name]
 
 
 @dataclass(frozen=True, kw_only=True)

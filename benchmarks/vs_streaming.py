@@ -64,6 +64,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from airflow_iqp.backends import SparkConnect, SparkSubmit  # noqa: E402
 from airflow_iqp.inputs.profiles import arrival_offsets  # noqa: E402
 from airflow_iqp.inputs.replay import publish_unit, replay, source_units  # noqa: E402
 from airflow_iqp.inputs.tpch import generate  # noqa: E402
@@ -512,13 +513,14 @@ def calibrate_queries(ctx, backends, hist: Path, *, few_sizes: bool | None = Non
     if few_sizes is None:
         few_sizes = len(ctx["queries"]) > 1
     for q in ctx["queries"]:
-        if "spark-submit" in backends:
-            calibrate(q, ctx["data"], backend="submit", state_dir=hist, sizes=[1, n - 1], final_counts=[1, 2])
-        if "spark-connect" in backends:
+        if SparkSubmit.name in backends:
+            with SparkSubmit.calibration_runner() as runner:
+                calibrate(q, ctx["data"], runner, state_dir=hist, sizes=[1, n - 1], final_counts=[1, 2])
+        if SparkConnect.name in backends:
             few = [1, 10, n // 3, n - 11 - n // 3] if few_sizes and not sizes else None
-            calibrate(q, ctx["data"], backend="connect", state_dir=hist, url=ctx["server"]["url"],
-                      server_pid=ctx["server"]["pid"], sizes=sizes or few,
-                      final_counts=None if few is None else [1, 2, 4])
+            with SparkConnect.calibration_runner(url=ctx["server"]["url"], server_pid=ctx["server"]["pid"]) as runner:
+                calibrate(q, ctx["data"], runner, state_dir=hist, sizes=sizes or few,
+                          final_counts=None if few is None else [1, 2, 4])
     ctx["history"] = hist / "cost_history.jsonl"
 
 
@@ -550,14 +552,15 @@ def warm_server(ctx) -> None:
     from airflow_iqp.spark.calibrate import warm_up
 
     t0 = time.perf_counter()
-    out = warm_up(ctx["server"]["url"], ctx["queries"], ctx["data"], rounds=2, server_pid=ctx["server"]["pid"])
-    cpu, rounds = out["cpu_seconds"], out["rounds"]
-    # At least WARMUP_MIN_S of it: the quick mode's two rounds (one query, 100 small units)
-    # took 6.9 s, and its last batch and merge then took 0.78 s after the window's end, where
-    # the full mode's first query, after 67 s of warm-up, took 0.36 s.
-    while time.perf_counter() - t0 < WARMUP_MIN_S:
-        more = warm_up(ctx["server"]["url"], ctx["queries"], ctx["data"], rounds=1, server_pid=ctx["server"]["pid"])
-        cpu, rounds = cpu + more["cpu_seconds"], rounds + more["rounds"]
+    with SparkConnect.calibration_runner(url=ctx["server"]["url"], server_pid=ctx["server"]["pid"]) as runner:
+        out = warm_up(runner, ctx["queries"], ctx["data"], rounds=2)
+        cpu, rounds = out["cpu_seconds"], out["rounds"]
+        # At least WARMUP_MIN_S of it: the quick mode's two rounds (one query, 100 small units)
+        # took 6.9 s, and its last batch and merge then took 0.78 s after the window's end, where
+        # the full mode's first query, after 67 s of warm-up, took 0.36 s.
+        while time.perf_counter() - t0 < WARMUP_MIN_S:
+            more = warm_up(runner, ctx["queries"], ctx["data"], rounds=1)
+            cpu, rounds = cpu + more["cpu_seconds"], rounds + more["rounds"]
     ctx["server_warmup"] = {"wall_seconds": round(time.perf_counter() - t0, 1),
                             "cpu_seconds": round(cpu, 1), "rounds": rounds}
     say(f"Spark Connect server warmed in {ctx['server_warmup']['wall_seconds']} s")

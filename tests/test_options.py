@@ -11,14 +11,9 @@ from pathlib import Path
 import pytest
 
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.options import (
-    Alerts, Algorithm1, Arrival, Backend, Cut, MinBatches, OneBatch, SparkConnect, SparkSubmit,
-)
-
-try:
-    from airflow_iqp.window.config import QueryConfig
-except ImportError:  # before the runtime's split
-    from airflow_iqp.runtime import QueryConfig
+from airflow_iqp.backends import Backend, SparkConnect, SparkSubmit
+from airflow_iqp.options import Alerts, Algorithm1, Arrival, Cut, MinBatches, OneBatch
+from airflow_iqp.window.config import QueryConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -294,7 +294,8 @@ def test_no_connection_secret_reaches_the_logs_or_the_state_directory(tmp_path, 
     connection with a password: neither appears in any log record or any file of the state."""
     from airflow_iqp.hooks.spark import IQPSparkHook
     from airflow_iqp.operators.plan import BatchPlanOperator
-    from airflow_iqp.options import Algorithm1, Arrival, SparkConnect
+    from airflow_iqp.backends import SparkConnect
+    from airflow_iqp.options import Algorithm1, Arrival
     from tests.unit.support import START, TI, context
 
     password = "pg-Pa55word-91c3"

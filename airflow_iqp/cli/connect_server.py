@@ -48,10 +48,11 @@ def run(args) -> int:
         info = start_server(port, base=args.dir, master=args.master, conf=parse_conf(args.conf),
                             driver_memory=args.driver_memory, host=args.host)
         if args.warm_up:
+            from airflow_iqp.backends import SparkConnect
             from airflow_iqp.spark.calibrate import warm_up
 
-            info["warm_up"] = warm_up(info["url"], args.warm_up.split(","), args.data, rounds=args.rounds,
-                                      server_pid=info["pid"])
+            with SparkConnect.calibration_runner(url=info["url"], server_pid=info["pid"]) as runner:
+                info["warm_up"] = warm_up(runner, args.warm_up.split(","), args.data, rounds=args.rounds)
     elif args.action == "stop":
         info = {**server_status(port, args.dir), "stopped": stop_server(port, base=args.dir)}
     else:

@@ -39,6 +39,7 @@ def parse_conf(items: list[str]) -> dict[str, str]:
 
 
 def run(args) -> int:
+    from airflow_iqp.backends import SparkSubmit
     from airflow_iqp.errors import ConfigError
     from airflow_iqp.spark.window import run_window
 
@@ -51,8 +52,10 @@ def run(args) -> int:
     if args.query and not args.data:
         raise ConfigError("--query needs --data DIR", "data")
     query = saved_from_args(args, check_files=True) if sql else args.query
+    # Its jobs are spark-submits: their metrics and cost history are that backend's.
     report = run_window(query, args.data, args.batches, args.out, static=args.static_dir, window_id=args.window_id,
                         master=args.master, conf=conf, ship_package=args.ship_package or None,
+                        backend=SparkSubmit.name,
                         log=None if args.json else (lambda m: print(m, file=sys.stderr, flush=True)))
     if args.json:
         out = {

@@ -13,7 +13,8 @@ from airflow.sdk.exceptions import AirflowSkipException
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.filecheck import bad_files_message, kept_units, still_bad
 from airflow_iqp.hooks.state import IQPStateHook
-from airflow_iqp.operators._backends import OnBackend, strategy
+from airflow_iqp.backends import typed_choices
+from airflow_iqp.operators._backends import OnBackend
 from airflow_iqp.store import batch_name
 from airflow_iqp.window.accounting import record_attempt, record_task_cpu
 from airflow_iqp.window.batch import Batch
@@ -41,15 +42,16 @@ class BatchOperator(OnBackend, BaseOperator):
     interrupts its Connect session's work.
 
     :param batch: one entry of the plan task's output (mapped).
-    :param backend: ``"spark-submit"`` or ``"spark-connect"``, or the typed
-        :class:`~airflow_iqp.options.SparkSubmit` / :class:`~airflow_iqp.options.SparkConnect`
+    :param backend: a backend's name in the registry (:data:`airflow_iqp.backends.BACKENDS`:
+        ``"spark-submit"``, ``"spark-connect"``), or its typed object,
+        :class:`~airflow_iqp.backends.SparkSubmit` / :class:`~airflow_iqp.backends.SparkConnect`
         (whose ``conn_id`` and ``conf`` are then the defaults).
     :param conn_id: the Spark connection (default ``[iqp] spark_conn_id``, or
         ``[iqp] spark_connect_conn_id`` on Spark Connect).
     :param conf: Spark conf of the spark-submit. A running Connect server takes none: given
         there, it is refused.
-    :param slots: on Spark Connect, batches of the state directory's queries that the server
-        runs at once, earliest deadline first (:func:`~airflow_iqp.coordination.cluster_turn`);
+    :param slots: on a backend whose every batch takes a turn (Spark Connect), batches of the
+        state directory's queries that the cluster runs at once, earliest deadline first (:func:`~airflow_iqp.coordination.cluster_turn`);
         0, the default, is no limit.
     :param spark_kwargs: more arguments of the Spark provider's ``SparkSubmitHook``
         (``driver_memory``, ``executor_cores``, ...; spark-submit only).
@@ -63,12 +65,11 @@ class BatchOperator(OnBackend, BaseOperator):
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.batch = batch
-        self._strategy = strategy(backend, conn_id, conf, **(spark_kwargs or {}))
-        self.backend = self._strategy.name
-        if slots and self.backend != "spark-connect":
-            raise ConfigError("a spark-submit batch would hold its turn while its JVM starts: slots are for "
-                              "Spark Connect (on spark-submit, fused tails take turns: FinalOperator's tail_slots)",
-                              "slots")
+        self._use_backend(backend, conn_id, conf, spark_kwargs)
+        if slots and not self.backend_class.mapped_batches_take_turns:
+            raise ConfigError(f"a {self.backend} batch would hold its turn while its job starts: slots are for "
+                              f"{typed_choices('()', turns=True)} (on {self.backend}, fused tails take turns: "
+                              f"FinalOperator's tail_slots)", "slots")
         self.slots = slots
 
     def _entry(self) -> Batch:
@@ -82,7 +83,7 @@ class BatchOperator(OnBackend, BaseOperator):
 
     def timeout_for(self, batch: Batch) -> dt.timedelta:
         """The batch's execution_timeout: three times its planned cost plus the backend's start-up."""
-        return dt.timedelta(seconds=max(BATCH_TIMEOUT_MIN_S, self._strategy.overhead_s + 3 * batch.cost))
+        return dt.timedelta(seconds=max(BATCH_TIMEOUT_MIN_S, self.backend_class.timeout_overhead + 3 * batch.cost))
 
     def execute(self, context) -> dict:
         batch = self._entry()
@@ -100,12 +101,12 @@ class BatchOperator(OnBackend, BaseOperator):
         bad = still_bad(claim, batch.stream_list(), state.store.query(batch.query))
         if bad:  # on_bad_unit="fail": before any Spark job, every bad file on the first line
             raise DataError(f"{batch.label}: {bad_files_message(bad)}")
-        remaining = batch.remaining_cost + self._strategy.overhead_s
+        remaining = batch.remaining_cost + self.backend_class.timeout_overhead
         if not batch.backfill and time.time() + remaining > batch.deadline_ts:  # it runs: a late result beats none
             self.log.warning("%s: attempt %d can no longer meet the deadline (%s); it runs all the same, and "
                              "the result will be marked late", batch.label, ti.try_number,
                              f"{dt.datetime.fromtimestamp(batch.deadline_ts, dt.timezone.utc):%H:%M:%S}")
-        self._strategy.run_batch(batch, ws, slots=self.slots, app_name=f"iqp-batch-{batch.query}-{batch.index}")
+        self._runner.run_batch(batch, ws, slots=self.slots, app_name=f"iqp-batch-{batch.query}-{batch.index}")
         metrics = ws.metrics(batch.index)
         self.log.info("%s: %d units in %.1f s wall, %.1f s CPU (%s)", batch.label, metrics["units"],
                       metrics["wall_seconds"], metrics["cpu_seconds"] or 0.0, metrics.get("backend"))

@@ -12,7 +12,7 @@ from airflow.sdk import Asset, BaseOperator, TriggerRule
 from airflow_iqp import config
 from airflow_iqp.filecheck import bad_files_message
 from airflow_iqp.hooks.state import IQPStateHook
-from airflow_iqp.operators._backends import OnBackend, strategy
+from airflow_iqp.operators._backends import OnBackend
 from airflow_iqp.store import WindowState, batch_name
 from airflow_iqp.window import accounting
 from airflow_iqp.window.batch import Batch, batches_from
@@ -50,8 +50,9 @@ class FinalOperator(OnBackend, BaseOperator):
     :param state_dir: the state directory (default ``[iqp] state_dir``).
     :param late: instead of this window's merge, the earlier window's late batch
         (:func:`~airflow_iqp.window.accounting.late_entry`), merged into its result as a new revision.
-    :param backend: ``"spark-submit"`` or ``"spark-connect"``, or the typed
-        :class:`~airflow_iqp.options.SparkSubmit` / :class:`~airflow_iqp.options.SparkConnect`.
+    :param backend: a backend's name in the registry (:data:`airflow_iqp.backends.BACKENDS`:
+        ``"spark-submit"``, ``"spark-connect"``), or its typed object,
+        :class:`~airflow_iqp.backends.SparkSubmit` / :class:`~airflow_iqp.backends.SparkConnect`.
     :param conn_id: the Spark connection (default as for :class:`~airflow_iqp.operators.batch.BatchOperator`).
     :param conf: Spark conf of the spark-submit; refused on Spark Connect.
     :param spark_kwargs: more arguments of the Spark provider's ``SparkSubmitHook`` (spark-submit only).
@@ -74,8 +75,7 @@ class FinalOperator(OnBackend, BaseOperator):
         self.tail_slots = tail_slots
         self.late = late
         self.state_dir = state_dir or config.state_dir()
-        self._strategy = strategy(backend, conn_id, conf, **(spark_kwargs or {}))
-        self.backend = self._strategy.name
+        self._use_backend(backend, conn_id, conf, spark_kwargs)
 
     def execute(self, context) -> dict:
         state = IQPStateHook(self.state_dir)
@@ -84,8 +84,8 @@ class FinalOperator(OnBackend, BaseOperator):
         tail = Batch.from_dict(self.tail) if self.tail else None
         kind = "late" if late else "final"
         accounting.record_attempt(ws, kind, context["ti"])
-        self._strategy.run_final(ws, tail=tail, tail_slots=self.tail_slots, late=late.index if late else None,
-                                 app_name=f"iqp-{kind}-{self.query}")
+        self._runner.run_final(ws, tail=tail, tail_slots=self.tail_slots, late=late.index if late else None,
+                               app_name=f"iqp-{kind}-{self.query}")
         if late:
             return self._after_late(context, late)
         return self._after_final(context, ws)

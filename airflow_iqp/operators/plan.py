@@ -9,9 +9,11 @@ from typing import Any, Sequence
 from airflow.sdk import BaseOperator
 
 from airflow_iqp import config
+from airflow_iqp.backends import typed_choices
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.notifications.deadline import DeadlineRiskNotifier
-from airflow_iqp.options import Algorithm1, Arrival, Backend, Cut, SparkSubmit, expect
+from airflow_iqp.backends import Backend, SparkSubmit
+from airflow_iqp.options import Algorithm1, Arrival, Cut, expect
 from airflow_iqp.query import Query
 from airflow_iqp.query.catalogue import get_query
 from airflow_iqp.hooks.state import IQPStateHook
@@ -61,7 +63,7 @@ class BatchPlanOperator(BaseOperator):
         super().__init__(**kwargs)
         arrival = expect(arrival, Arrival, "arrival", "Arrival(...)")
         cut = expect(cut, Cut, "cut", "Algorithm1(...), MinBatches(...) or OneBatch()")
-        backend = expect(backend, Backend, "backend", "SparkSubmit(...) or SparkConnect(...)")
+        backend = expect(backend, Backend, "backend", typed_choices())
         self.fuse_tail = backend.fuse_tail
         self.tail_lead = backend.lead
         # A catalogued query is named by its id; a user's query is the Query itself.

@@ -10,11 +10,14 @@ the backend, then merges the first k partials for a few k. It fits
   the backend's per-batch overhead;
 * the final aggregation, seconds against the number of partials.
 
-Seconds are end to end, as the orchestrator sees them: for ``spark-submit`` the whole
-spark-submit process (JVM start-up included), for ``spark-connect`` the call on an open
-session to a warm server (one unrecorded warm-up batch runs first). The measurements go
-to the store's cost history as ``batch`` / ``final`` records with
-``source: "calibrate"``, and the fit as a ``fit`` record, which the plan operator prefers.
+The backend runs and measures each batch and merge through its calibration runner
+(:meth:`airflow_iqp.backends.base.Backend.calibration_runner`), given by value. Seconds are
+end to end, as the orchestrator sees them: on spark-submit the whole spark-submit process
+(JVM start-up included), on Spark Connect the call on an open session to a warm server
+(one unrecorded warm-up batch and merge run first). The measurements go to the store's
+cost history as ``batch`` / ``final`` records with ``source: "calibrate"``
+and the runner's backend name, and the fit as a ``fit`` record, which the plan operator
+prefers.
 
 :func:`warm_up` runs queries on a fresh Connect server until its JVM is warm, as a server
 that has served earlier windows is (nothing recorded).
@@ -36,8 +39,6 @@ from airflow_iqp.landing import list_units
 from airflow_iqp.store import WindowState, open_store
 from airflow_iqp.streams import TPCH, files_of
 
-BACKEND_NAMES = {"submit": "spark-submit", "connect": "spark-connect",
-                 "spark-submit": "spark-submit", "spark-connect": "spark-connect"}
 GROWTH = (1, 2, 5)
 
 
@@ -73,77 +74,10 @@ def default_final_counts(n_batches: int) -> list[int]:
     return sorted({k for k in (1, 2, 4, n_batches) if 1 <= k <= n_batches})
 
 
-class _SubmitRunner:
-    name = "spark-submit"
-
-    def __init__(self, master: str = "local[*]", conf=None):
-        self.master, self.conf = master, conf
-        self.server_pid = None
-
-    def batch(self, query, ws, b, static) -> tuple[float, float | None]:
-        from airflow_iqp.spark.batch import batch_work, work_args
-        from airflow_iqp.spark.submit import job_path, submit_args
-
-        args = [*work_args(ws, batch_work(ws, b, str(static) if static else None)), "--backend", self.name,
-                "--no-history"]
-        argv = submit_args(job_path("batch"), args, master=self.master, conf=self.conf,
-                           name=f"iqp-calibrate-{query}-b{b}")
-        return self._run(argv, f"batch {b}")
-
-    def final(self, query, ws) -> tuple[float, float | None]:
-        from airflow_iqp.spark.submit import job_path, submit_args
-
-        args = ["--store", ws.store.location, "--query", query, "--window", ws.window_id, "--backend", self.name,
-                "--no-history"]
-        argv = submit_args(job_path("final"), args, master=self.master, conf=self.conf,
-                           name=f"iqp-calibrate-{query}-final")
-        return self._run(argv, "final")
-
-    def _run(self, argv, what):
-        from airflow_iqp.spark.submit import run_submit
-
-        res = run_submit(argv, timeout=1800)
-        if res.returncode != 0:
-            raise DataError(f"calibration {what} failed (exit {res.returncode}):\n{res.tail()}")
-        return res.wall_seconds, res.cpu_seconds
-
-    def close(self):
-        pass
-
-
-class _ConnectRunner:
-    name = "spark-connect"
-
-    def __init__(self, url: str, server_pid: int | None):
-        from airflow_iqp.spark.connect import connect_session
-
-        self.url, self.server_pid = url, server_pid
-        self.spark = connect_session(url)
-
-    def _measure(self, fn) -> tuple[float, float | None]:
-        from airflow_iqp.spark.connect import server_cpu_seconds
-        from airflow_iqp.spark.jobmetrics import process_cpu_seconds
-
-        c0 = process_cpu_seconds() + (server_cpu_seconds(self.server_pid) if self.server_pid else 0.0)
-        t0 = time.perf_counter()
-        fn()
-        wall = time.perf_counter() - t0
-        c1 = process_cpu_seconds() + (server_cpu_seconds(self.server_pid) if self.server_pid else 0.0)
-        return wall, (c1 - c0) if self.server_pid else None
-
-    def batch(self, query, ws, b, static):
-        from airflow_iqp.spark.batch import batch_work, execute_batch
-
-        work = batch_work(ws, b, str(static) if static else None)
-        return self._measure(lambda: execute_batch(self.spark, work, backend=self.name, history=False))
-
-    def final(self, query, ws):
-        from airflow_iqp.spark.merge import execute_final
-
-        return self._measure(lambda: execute_final(self.spark, ws, backend=self.name, history=False))
-
-    def close(self):
-        self.spark.stop()
+def _tpch_files(units, query) -> list[str]:
+    """The files of the query's TPC-H streams in ``units`` (unit directories)."""
+    tpch = {s.name: s for s in TPCH}
+    return files_of(units, [tpch[s] for s in query.streams])
 
 
 def _copy_window(src: WindowState, dst: WindowState, batches: Sequence[int]) -> None:
@@ -155,23 +89,23 @@ def _copy_window(src: WindowState, dst: WindowState, batches: Sequence[int]) -> 
         shutil.copytree(src.partial_uri(b), dst.partial_uri(b))
 
 
-def calibrate(query_id: str, data: str | os.PathLike, *, backend: str = "submit", state_dir: str | os.PathLike,
+def calibrate(query_id: str, data: str | os.PathLike, runner, *, state_dir: str | os.PathLike,
               sizes: Sequence[int] | None = None, final_counts: Sequence[int] | None = None, repeat: int = 1,
-              url: str | None = None, server_pid: int | None = None, master: str = "local[*]", conf=None,
               work_dir: str | os.PathLike | None = None, log: Callable[[str], None] | None = None) -> dict:
-    """Measure and fit ``query_id``'s batch and final-aggregation costs on ``backend``; store the fit.
+    """Measure and fit ``query_id``'s batch and final-aggregation costs on ``runner``'s
+    backend; store the fit under the backend's name.
 
-    ``backend`` is ``submit`` or ``connect`` (then ``url`` is the server, ``server_pid`` its
-    JVM for CPU accounting). Returns ``{"query", "backend", "batches": [{"units", "wall_seconds",
-    "cpu_seconds"}], "finals": [{"batches", ...}], "cost", "final_agg", "overhead_seconds", "record"}``.
+    ``runner``: the backend's calibration runner (a
+    :class:`~airflow_iqp.backends.base.CalibrationRunner`, given by the provider's side;
+    whoever opened it closes it). Returns
+    ``{"query", "backend", "batches": [{"units", "wall_seconds", "cpu_seconds"}], "finals":
+    [{"batches", ...}], "cost", "final_agg", "overhead_seconds", "record"}``.
     """
     from airflow_iqp.spark.window import resolve_data
 
-    if backend not in BACKEND_NAMES:
-        raise ConfigError(f"must be submit or connect, got {backend!r}", field="backend")
     if int(repeat) != repeat or repeat < 1:
         raise ConfigError(f"must be a whole number >= 1, got {repeat!r}", field="repeat")
-    backend = BACKEND_NAMES[backend]
+    backend = runner.name
     query = get_query(query_id)
     landing, static = resolve_data(data)
     if query.static and static is None:
@@ -188,49 +122,42 @@ def calibrate(query_id: str, data: str | os.PathLike, *, backend: str = "submit"
     if len(set(final_counts)) < 2 or any(not 1 <= k <= first for k in final_counts):
         raise ConfigError(f"need two or more distinct partial counts within 1..{first} (the batches that fit the "
                           f"units side by side), got {final_counts}", field="finals")
-    if backend == "spark-connect" and not url:
-        raise ConfigError("the connect backend needs the server's sc:// URL", field="url")
     say = log or (lambda m: None)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix=f"iqp-calibrate-{query.id}-"))
     store = open_store(work)
     ws = store.window(query.id, "calibrate")
-    tpch = {s.name: s for s in TPCH}
-    runner = _SubmitRunner(master, conf) if backend == "spark-submit" else _ConnectRunner(url, server_pid)
     batches, finals = [], []
-    try:
-        # Consecutive, disjoint batches while they fit in the units; a batch larger than the
-        # units left starts again from the first unit, in a window of its own, so that a
-        # plan's batch of nearly the whole window is measured rather than extrapolated.
-        placed, start, at = [], 0, None
+    # Consecutive, disjoint batches while they fit in the units; a batch larger than the
+    # units left starts again from the first unit, in a window of its own, so that a
+    # plan's batch of nearly the whole window is measured rather than extrapolated.
+    placed, start, at = [], 0, None
+    for b, size in enumerate(sizes):
+        if at is None or start + size > len(units):
+            at = ws if at is None else store.window(query.id, f"calibrate-{b}")
+            start = 0
+        chunk = units[start:start + size]
+        start += size
+        at.claim(b, [u.name for u in chunk], _tpch_files(chunk, query))
+        placed.append(at)
+    if runner.warm_up_first:
+        runner.batch(query.id, ws, 0, static)  # warm-up: JIT, caches; not recorded
+    for _ in range(repeat):
         for b, size in enumerate(sizes):
-            if at is None or start + size > len(units):
-                at = ws if at is None else store.window(query.id, f"calibrate-{b}")
-                start = 0
-            chunk = units[start:start + size]
-            start += size
-            at.claim(b, [u.name for u in chunk], files_of(chunk, [tpch[s] for s in query.streams]))
-            placed.append(at)
-        if backend == "spark-connect":
-            runner.batch(query.id, ws, 0, static)  # warm-up: JIT, caches; not recorded
-        for _ in range(repeat):
-            for b, size in enumerate(sizes):
-                wall, cpu = runner.batch(query.id, placed[b], b, static)
-                job = placed[b].metrics(b)
-                batches.append({"units": size, "wall_seconds": wall, "cpu_seconds": cpu,
-                                "step_wall_seconds": job["wall_seconds"], "task_seconds": job.get("task_seconds")})
-                say(f"batch of {size:>4} units: {wall:6.2f} s" + (f", {cpu:6.2f} CPU s" if cpu is not None else ""))
-        if backend == "spark-connect":  # warm-up of the merge, not recorded
-            _copy_window(ws, store.window(query.id, "calibrate-warmup"), [0])
-            runner.final(query.id, store.window(query.id, "calibrate-warmup"))
-        for r in range(repeat):
-            for k in final_counts:
-                wk = store.window(query.id, f"calibrate-final-{k}-{r}")
-                _copy_window(ws, wk, range(k))
-                wall, cpu = runner.final(query.id, wk)
-                finals.append({"batches": k, "units": sum(sizes[:k]), "wall_seconds": wall, "cpu_seconds": cpu})
-                say(f"final of {k:>2} partials: {wall:6.2f} s" + (f", {cpu:6.2f} CPU s" if cpu is not None else ""))
-    finally:
-        runner.close()
+            wall, cpu = runner.batch(query.id, placed[b], b, static)
+            job = placed[b].metrics(b)
+            batches.append({"units": size, "wall_seconds": wall, "cpu_seconds": cpu,
+                            "step_wall_seconds": job["wall_seconds"], "task_seconds": job.get("task_seconds")})
+            say(f"batch of {size:>4} units: {wall:6.2f} s" + (f", {cpu:6.2f} CPU s" if cpu is not None else ""))
+    if runner.warm_up_first:  # warm-up of the merge, not recorded
+        _copy_window(ws, store.window(query.id, "calibrate-warmup"), [0])
+        runner.final(query.id, store.window(query.id, "calibrate-warmup"))
+    for r in range(repeat):
+        for k in final_counts:
+            wk = store.window(query.id, f"calibrate-final-{k}-{r}")
+            _copy_window(ws, wk, range(k))
+            wall, cpu = runner.final(query.id, wk)
+            finals.append({"batches": k, "units": sum(sizes[:k]), "wall_seconds": wall, "cpu_seconds": cpu})
+            say(f"final of {k:>2} partials: {wall:6.2f} s" + (f", {cpu:6.2f} CPU s" if cpu is not None else ""))
     cost = fit_piecewise_linear([(r["units"], r["wall_seconds"]) for r in batches], max_pieces=4)
     agg = PiecewiseLinearFinalAgg(fit_piecewise_linear([(r["batches"], r["wall_seconds"]) for r in finals],
                                                        max_pieces=3).points, merge_single=True)
@@ -252,17 +179,18 @@ def calibrate(query_id: str, data: str | os.PathLike, *, backend: str = "submit"
             "final_agg": agg.to_dict(), "overhead_seconds": cost.overhead, "record": record}
 
 
-def warm_up(url: str, query_ids: Sequence[str], data: str | os.PathLike, *, rounds: int = 2,
-            server_pid: int | None = None, log: Callable[[str], None] | None = None) -> dict:
+def warm_up(runner, query_ids: Sequence[str], data: str | os.PathLike, *, rounds: int = 2,
+            log: Callable[[str], None] | None = None) -> dict:
     """Run each query over all of ``data``'s units (one batch, then the merge), ``rounds`` times,
-    on the Spark Connect server at ``url``: the work a server that served earlier windows has done.
+    on ``runner`` (a Spark Connect server's calibration runner, open; whoever opened it
+    closes it): the work a server that served earlier windows has done.
 
     A fresh server's JVM is cold, and the first window's batches pay for it: on a 2-core
     machine a q4 batch of 224 SF 1 units costs about three times as much on a fresh server
     as on one that has run it twice (about 13 s against 4 s). Calibrated costs are a warm
     server's, so a plan holds only on a warm server. Nothing is recorded in a cost history.
     Returns ``{"rounds", "wall_seconds", "cpu_seconds"}`` (CPU of the server JVM and this
-    process; None without ``server_pid``).
+    process; None where the runner does not know it).
     """
     from airflow_iqp.spark.window import resolve_data
 
@@ -275,23 +203,20 @@ def warm_up(url: str, query_ids: Sequence[str], data: str | os.PathLike, *, roun
     queries = [get_query(q) for q in query_ids]
     say = log or (lambda m: None)
     work = Path(tempfile.mkdtemp(prefix="iqp-warm-up-"))
-    runner = _ConnectRunner(url, server_pid)
-    wall = cpu = 0.0
+    wall, cpus = 0.0, []
     try:
         for r in range(int(rounds)):
             for query in queries:
                 ws = open_store(work).window(query.id, f"warm-up-{r}")
-                tpch = {s.name: s for s in TPCH}
-                ws.claim(0, [u.name for u in units], files_of(units, [tpch[s] for s in query.streams]))
+                ws.claim(0, [u.name for u in units], _tpch_files(units, query))
                 w1, c1 = runner.batch(query.id, ws, 0, static)
                 w2, c2 = runner.final(query.id, ws)
                 wall += w1 + w2
-                cpu += (c1 or 0.0) + (c2 or 0.0)
+                cpus += [c1, c2]
                 say(f"warm-up {r + 1}/{rounds} {query.id}: {w1 + w2:.2f} s")
     finally:
-        runner.close()
         shutil.rmtree(work, ignore_errors=True)
-    return {"rounds": int(rounds), "wall_seconds": wall, "cpu_seconds": cpu if server_pid else None}
+    return {"rounds": int(rounds), "wall_seconds": wall, "cpu_seconds": None if None in cpus else sum(cpus)}
 
 
 def plot_calibration(report: dict, path: str | os.PathLike) -> Path:

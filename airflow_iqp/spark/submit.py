@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import airflow_iqp
 from airflow_iqp.paths import HADOOP_UMASK_CONF
 
-PACKAGE_DIR = Path(airflow_iqp.__file__).resolve().parent
+#: The package's directory: this module is airflow_iqp/spark/submit.py.
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 #: Local defaults that cut per-job overhead on small data. Override through ``conf``.
 LOCAL_CONF: dict[str, str] = {
@@ -115,7 +115,6 @@ def submit_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     if root not in parts:
         env["PYTHONPATH"] = os.pathsep.join([root, *parts])
-    env["IQP_UNDER_SPARK_SUBMIT"] = "1"
     return env
 
 

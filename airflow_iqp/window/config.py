@@ -6,11 +6,9 @@ import datetime as dt
 from dataclasses import asdict, dataclass, field
 
 from airflow_iqp import options
+from airflow_iqp.backends.base import Backend
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.models import cost_model_from_dict, final_agg_from_dict, scaled
-
-#: The execution backends: one spark-submit per batch, or a shared Spark Connect server.
-BACKENDS = tuple(options.BACKENDS)
 
 
 def window_id(window_start: float) -> str:
@@ -25,7 +23,8 @@ def clock(ts: float) -> str:
 #: How a window is cut into batches (``QueryConfig.mode``).
 MODES = ("plan", "dynamic", "one_batch")
 #: The typed options' defaults, which are QueryConfig's.
-_ARRIVAL, _PLAN, _MIN, _BACKEND = options.Arrival(), options.Algorithm1(), options.MinBatches(), options.SparkSubmit()
+_ARRIVAL, _PLAN, _MIN = options.Arrival(), options.Algorithm1(), options.MinBatches()
+_BACKEND = {f.name: f.default for f in Backend.__dataclass_fields__.values()}
 
 
 @dataclass(frozen=True)
@@ -60,9 +59,9 @@ class QueryConfig:
     rsf: float = _MIN.rsf                         #: MinBatches.rsf
     c_max: float | None = _MIN.c_max              #: MinBatches.c_max
     max_batches: int = _MIN.max_batches           #: MinBatches.max_batches
-    backend: str = _BACKEND.name                  #: SparkSubmit.name or SparkConnect.name
-    fuse_tail: bool = _BACKEND.fuse_tail          #: Backend.fuse_tail
-    dispatch: float = _BACKEND.dispatch           #: Backend.dispatch
+    backend: str = Backend.default_name           #: a backend's name (airflow_iqp.backends.BACKENDS)
+    fuse_tail: bool = _BACKEND["fuse_tail"]       #: Backend.fuse_tail
+    dispatch: float = _BACKEND["dispatch"]        #: Backend.dispatch
 
     def __post_init__(self):
         if self.units is not None and (not isinstance(self.units, int) or self.units < 1):
@@ -75,8 +74,7 @@ class QueryConfig:
             raise ConfigError(f"must be >= 0 seconds, got {self.lateness!r}", "lateness")
         if self.arrival not in ("hint", "observed"):
             raise ConfigError(f"must be 'hint' or 'observed', got {self.arrival!r}", "arrival")
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"must be one of {', '.join(BACKENDS)}, got {self.backend!r}", "backend")
+        backend = Backend.named(self.backend, "backend")
         if self.mode not in MODES:
             raise ConfigError(f"must be one of {', '.join(MODES)}, got {self.mode!r}", "mode")
         if not self.dispatch >= 0:
@@ -94,7 +92,7 @@ class QueryConfig:
                               "after the window's end), not both", "ahead")
         if self.rate is not None and not self.rate > 0:
             raise ConfigError(f"must be > 0 units per second, got {self.rate!r}", "rate")
-        scaled(cost_model_from_dict(self.cost_hint or options.backend_class(self.backend).default_cost, "cost_hint"),
+        scaled(cost_model_from_dict(self.cost_hint or backend.default_cost, "cost_hint"),
                self.cost_scale)  # checks cost_scale too
         if self.final_agg_hint is not None:
             final_agg_from_dict(self.final_agg_hint, "final_agg_hint")

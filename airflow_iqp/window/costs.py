@@ -7,8 +7,7 @@ import statistics
 import time
 from dataclasses import replace
 
-
-from airflow_iqp.options import backend_class
+from airflow_iqp.backends.base import Backend
 from airflow_iqp.planning.models import (
     CostModel, FinalAggCost, LinearCost, LinearFinalAgg, PiecewiseLinearFinalAgg, cost_model_from_dict,
     final_agg_from_dict, fit_piecewise_linear, plus_fixed, scaled,
@@ -95,7 +94,7 @@ def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
     (``airflow-iqp calibrate``: end-to-end seconds of its jobs); a fit to the cost history,
     what this query's batches and merges took on this backend from claim to written output
     (:mod:`airflow_iqp.spark.jobmetrics`); the configured hints; the backend's built-in
-    default (:attr:`~airflow_iqp.options.Backend.default_cost`). ``dispatch`` is added only
+    default (:attr:`~airflow_iqp.backends.base.Backend.default_cost`). ``dispatch`` is added only
     to the models that leave Airflow's part out: a calibrated fit and a hint.
     """
     cost, cost_source, cost_dispatch = _batch_model(cfg)
@@ -106,7 +105,7 @@ def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
     if cfg.cost_scale != 1:
         cost, agg = scaled(cost, cfg.cost_scale), scaled(agg, cfg.cost_scale)
         source += f"; costs x {cfg.cost_scale:g} (cost_scale)"
-    if cfg.fuse_tail and backend_class(cfg.backend).job_startup:
+    if cfg.fuse_tail and Backend.named(cfg.backend).job_startup:
         # The merge runs in the last batch's job: it does not start a JVM of its own.
         # (On Spark Connect both run on one open session either way: nothing is shared.)
         agg = replace(agg, shared_startup=min(_overhead(cost), agg.cost(1)))
@@ -129,7 +128,7 @@ def tail_startup(cfg: QueryConfig, cost: CostModel) -> float:
     fused tail."""
     if not cfg.fuse_tail:
         return 0.0
-    return _overhead(cost) if backend_class(cfg.backend).job_startup else cfg.dispatch
+    return _overhead(cost) if Backend.named(cfg.backend).job_startup else cfg.dispatch
 
 
 #: A cost-history record's seconds from claim to written output
@@ -157,7 +156,7 @@ def _batch_model(cfg: QueryConfig) -> tuple[CostModel, str, bool]:
         return (fit_piecewise_linear(samples, max_pieces=4),
                 f"cost fitted to {len(samples)} batches measured from claim to partial", False)
     hint = cfg.cost_hint is not None
-    prior = cost_model_from_dict(cfg.cost_hint if hint else backend_class(cfg.backend).default_cost, "cost_hint")
+    prior = cost_model_from_dict(cfg.cost_hint if hint else Backend.named(cfg.backend).default_cost, "cost_hint")
     whose = "the configured hint" if hint else f"the built-in {cfg.backend} default"
     if samples:
         return (_through(prior, samples), f"cost from {len(samples)} batches of {samples[0][0]} units measured "
@@ -176,7 +175,7 @@ def _merge_model(cfg: QueryConfig) -> tuple[FinalAggCost, str, bool]:
         return (PiecewiseLinearFinalAgg(fit_piecewise_linear(samples, max_pieces=3).points),
                 f"final aggregation fitted to {len(samples)} merges measured from the last batch's end", False)
     hint = cfg.final_agg_hint is not None
-    prior = final_agg_from_dict(cfg.final_agg_hint if hint else backend_class(cfg.backend).default_final_agg,
+    prior = final_agg_from_dict(cfg.final_agg_hint if hint else Backend.named(cfg.backend).default_final_agg,
                                 "final_agg_hint")
     whose = "the configured hint" if hint else f"the built-in {cfg.backend} default"
     if samples:

@@ -20,7 +20,8 @@ import os
 from datetime import datetime, timedelta
 
 from airflow_iqp.dag_factory import iqp_dag
-from airflow_iqp.options import Alerts, Algorithm1, Arrival, OneBatch, SparkConnect, SparkSubmit
+from airflow_iqp.backends import SparkConnect, SparkSubmit
+from airflow_iqp.options import Alerts, Algorithm1, Arrival, OneBatch
 
 
 

@@ -38,7 +38,8 @@ DAG_FILE = textwrap.dedent('''
     import pendulum
 
     from airflow_iqp.dag_factory import iqp_dag
-    from airflow_iqp.options import Alerts, Arrival, SparkConnect, SparkSubmit
+    from airflow_iqp.backends import SparkConnect, SparkSubmit
+    from airflow_iqp.options import Alerts, Arrival
 
     DATA = os.environ["T_DATA"]
     for name, backend in (("connect", SparkConnect(retries=0, tail_slots=1)),

@@ -40,7 +40,8 @@ DAGS = textwrap.dedent('''
     from airflow.providers.standard.operators.python import PythonOperator
 
     from airflow_iqp.dag_factory import iqp_dag
-    from airflow_iqp.options import Algorithm1, Arrival, SparkSubmit
+    from airflow_iqp.backends import SparkSubmit
+    from airflow_iqp.options import Algorithm1, Arrival
 
     ANCHOR = datetime.fromisoformat("{anchor}")
     for query, offset in {offsets!r}.items():

@@ -8,7 +8,8 @@ import pytest
 
 from airflow_iqp.dag_factory import iqp_dag
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.options import Alerts, Arrival, OneBatch, SparkConnect, SparkSubmit
+from airflow_iqp.backends import SparkConnect, SparkSubmit
+from airflow_iqp.options import Alerts, Arrival, OneBatch
 from airflow_iqp.query import Query, QueryRefused
 
 COMMON = dict(arrival=Arrival(units=10), window=timedelta(minutes=10), deadline_offset=timedelta(minutes=2),

@@ -21,6 +21,7 @@ from tests.batches import tpch_files
 from tests.reference import assert_same_rows, duckdb_reference
 
 from iqp_dev.local_airflow import free_port
+from airflow_iqp.backends import SparkConnect
 from airflow_iqp.window.config import QueryConfig
 from airflow_iqp.window.costs import cost_models
 from airflow_iqp.landing import list_units
@@ -103,8 +104,8 @@ def test_both_backends_in_one_process_give_identical_results(server, tpch_dir, u
 
 def test_calibrate_on_the_server_stores_a_fit_the_planner_uses(server, tpch_dir, tmp_path):
     state = tmp_path / "state"
-    rep = calibrate("cq3", tpch_dir, backend="connect", state_dir=state, url=server["url"],
-                    server_pid=server["pid"])
+    with SparkConnect.calibration_runner(url=server["url"], server_pid=server["pid"]) as runner:
+        rep = calibrate("cq3", tpch_dir, runner, state_dir=state)
     assert default_sizes(6) == [1, 2, 3]
     assert [r["units"] for r in rep["batches"]] == [1, 2, 3]
     assert [r["batches"] for r in rep["finals"]] == [1, 2, 3]
@@ -119,8 +120,8 @@ def test_calibrate_on_the_server_stores_a_fit_the_planner_uses(server, tpch_dir,
     assert "calibrated" not in cost_models(QueryConfig(**cfg, backend="spark-submit"))[2]
     # A batch larger than the units left is measured on the units again, not extrapolated;
     # the merges combine the batches that fit side by side.
-    rep = calibrate("cq3", tpch_dir, backend="connect", state_dir=state, url=server["url"], sizes=[1, 2, 3, 5],
-                    work_dir=tmp_path / "work")
+    with SparkConnect.calibration_runner(url=server["url"]) as runner:
+        rep = calibrate("cq3", tpch_dir, runner, state_dir=state, sizes=[1, 2, 3, 5], work_dir=tmp_path / "work")
     assert [r["units"] for r in rep["batches"]] == [1, 2, 3, 5]
     assert [r["batches"] for r in rep["finals"]] == [1, 2, 3]
     assert rep["cost"]["points"][-1][0] == 5
@@ -136,15 +137,16 @@ def test_warm_up_runs_every_query_on_the_server_and_records_nothing(server, tpch
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     said = []
-    rep = warm_up(server["url"], ["cq3", "q6"], tpch_dir, rounds=2, server_pid=server["pid"], log=said.append)
-    assert rep["rounds"] == 2 and rep["wall_seconds"] > 0 and rep["cpu_seconds"] > 0
-    assert [m.split(":")[0] for m in said] == ["warm-up 1/2 cq3", "warm-up 1/2 q6", "warm-up 2/2 cq3",
-                                               "warm-up 2/2 q6"]
-    assert list(tmp_path.iterdir()) == []  # its windows are gone, and no cost history was written
-    with pytest.raises(ConfigError, match="rounds"):
-        warm_up(server["url"], ["cq3"], tpch_dir, rounds=0)
-    with pytest.raises(ConfigError, match="nope"):
-        warm_up(server["url"], ["nope"], tpch_dir)
+    with SparkConnect.calibration_runner(url=server["url"], server_pid=server["pid"]) as runner:
+        rep = warm_up(runner, ["cq3", "q6"], tpch_dir, rounds=2, log=said.append)
+        assert rep["rounds"] == 2 and rep["wall_seconds"] > 0 and rep["cpu_seconds"] > 0
+        assert [m.split(":")[0] for m in said] == ["warm-up 1/2 cq3", "warm-up 1/2 q6", "warm-up 2/2 cq3",
+                                                   "warm-up 2/2 q6"]
+        assert list(tmp_path.iterdir()) == []  # its windows are gone, and no cost history was written
+        with pytest.raises(ConfigError, match="rounds"):
+            warm_up(runner, ["cq3"], tpch_dir, rounds=0)
+        with pytest.raises(ConfigError, match="nope"):
+            warm_up(runner, ["nope"], tpch_dir)
 
 
 def test_calibrate_cli_errors_name_the_option(tpch_dir, tmp_path):

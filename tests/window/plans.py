@@ -16,7 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from airflow_iqp.options import Algorithm1, Arrival, MinBatches, OneBatch, SparkConnect, SparkSubmit
+from airflow_iqp.backends import SparkConnect, SparkSubmit
+
+from airflow_iqp.options import Algorithm1, Arrival, MinBatches, OneBatch
 from airflow_iqp.store import open_store
 from airflow_iqp.streams import Stream
 from airflow_iqp.window.config import QueryConfig

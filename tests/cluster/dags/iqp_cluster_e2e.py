@@ -8,7 +8,8 @@ import os
 from datetime import datetime, timedelta
 
 from airflow_iqp.dag_factory import iqp_dag
-from airflow_iqp.options import Algorithm1, Arrival, SparkConnect, SparkSubmit
+from airflow_iqp.backends import SparkConnect, SparkSubmit
+from airflow_iqp.options import Algorithm1, Arrival
 
 DATA = os.environ["IQP_DATA"]
 LANDING = DATA + "/landing/cq2/{{ data_interval_start | ts_nodash }}"

@@ -8,7 +8,8 @@ import os
 from datetime import datetime, timedelta
 
 from airflow_iqp.dag_factory import iqp_dag
-from airflow_iqp.options import Arrival, SparkConnect
+from airflow_iqp.backends import SparkConnect
+from airflow_iqp.options import Arrival
 from airflow_iqp.streams import Stream
 
 DATA = os.environ.get("IQP_DATA", "/opt/iqp")

@@ -15,7 +15,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.operators.batch import BATCH_TIMEOUT_MIN_S, BatchOperator
-from airflow_iqp.options import SparkConnect, SparkSubmit
+from airflow_iqp.backends import SparkConnect, SparkSubmit
 from airflow_iqp.spark.submit import job_path
 from airflow_iqp.store import WindowState, open_store
 from airflow_iqp.window.config import window_id

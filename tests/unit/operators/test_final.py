@@ -10,7 +10,7 @@ from airflow.sdk import TriggerRule
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.operators.final import FinalOperator, result_asset
-from airflow_iqp.options import SparkConnect
+from airflow_iqp.backends import SparkConnect
 from airflow_iqp.spark.submit import job_path
 from airflow_iqp.store import WindowState, open_store
 from airflow_iqp.store.files import atomic_write_json

@@ -10,7 +10,8 @@ from airflow.sdk import DAG
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.operators.plan import BatchPlanOperator
-from airflow_iqp.options import Algorithm1, Arrival, MinBatches, SparkConnect, SparkSubmit
+from airflow_iqp.backends import SparkConnect, SparkSubmit
+from airflow_iqp.options import Algorithm1, Arrival, MinBatches
 from airflow_iqp.query.store import load_query
 from airflow_iqp.store import WindowState, open_store
 from airflow_iqp.timetables.window import WindowTimetable

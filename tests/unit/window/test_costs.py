@@ -7,7 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from airflow_iqp.options import Algorithm1, Arrival, SparkConnect, SparkSubmit, backend_class
+from airflow_iqp import backends
+from airflow_iqp.backends import SparkConnect, SparkSubmit
+from airflow_iqp.options import Algorithm1, Arrival
 from airflow_iqp.planning.models import cost_model_from_dict, final_agg_from_dict
 from airflow_iqp.store import WindowState, open_store
 from airflow_iqp.store.files import atomic_write_json
@@ -34,7 +36,7 @@ def test_without_hint_or_history_each_backend_plans_with_its_own_default_and_say
     for backend in (SparkSubmit(), SparkConnect()):
         c = cfg(tmp_path, backend)
         cost, agg, source = cost_models(c)
-        default = backend_class(backend.name)
+        default = backends.get(backend.name)
         assert cost == cost_model_from_dict(default.default_cost)
         assert agg.cost(3) == final_agg_from_dict(default.default_final_agg).cost(3)
         assert agg.cost(1) > 0  # the final task runs after a single batch too
