@@ -48,9 +48,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from airflow_iqp.cli.dev import (
-    COMPONENTS, HEALTH_KEYS, airflow_bin, free_port, stack_env, stack_settings, stop_groups, use_wal,
-)
+from airflow_iqp.cli.dev import COMPONENTS, HEALTH_KEYS, airflow_bin, free_port, stack_env, stack_settings, use_wal
+from airflow_iqp.cli.supervisor import stop_groups
 
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
 _CACHE_DIR = Path(tempfile.gettempdir()) / "airflow_iqp_harness_cache"
