@@ -188,9 +188,8 @@ class Cluster:
 
             return server_status(self.connect_port, base=self.connect_dir)["pid"]
         if component in AIRFLOW_COMPONENTS:
-            proc = self.airflow.procs.get(component) if self.airflow else None
-        else:
-            proc = self.procs.get(component)
+            return self.airflow.pid(component) if self.airflow else None
+        proc = self.procs.get(component)
         return proc.pid if proc is not None and proc.poll() is None else None
 
     def pids(self) -> dict[str, int | None]:
