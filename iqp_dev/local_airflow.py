@@ -44,10 +44,10 @@ from typing import Any
 
 from airflow_iqp.cli.dev import COMPONENTS, airflow_bin, free_port
 from airflow_iqp.cli.supervisor import Supervisor, tail_file
-from iqp_dev.airflow_api import AirflowClient, ApiError
+from iqp_dev.airflow_api import AirflowClient
 from iqp_dev.airflow_config import build_config, child_env, connection_env, migrate_home
 
-__all__ = ["AirflowEnv", "ApiError", "airflow_env", "free_port", "utcnow"]
+__all__ = ["AirflowEnv", "airflow_env", "free_port", "utcnow"]
 
 
 @dataclass

@@ -8,7 +8,7 @@ LocalExecutor's task processes, a worker's executors, a server's Python workers)
 Ctrl-C at the terminal reaches the supervising process alone, which then stops every group.
 
 Pure standard library: ``airflow-iqp dev`` ships in the wheel. What reads ``/proc``
-(:func:`proc_stat`, :func:`alive`, :func:`group_pids`) works on Linux only; the command
+(:func:`proc_stat`, :func:`alive`, :func:`group_pids`, :func:`wait_gone`) works on Linux only; the command
 itself does not use it.
 """
 
@@ -72,6 +72,18 @@ def group_pids(pgids: Iterable[int]) -> list[int]:
     """The live processes (zombies left out) in any of the process groups ``pgids``."""
     wanted = set(pgids)
     return [pid for pid in all_pids() if (stat := proc_stat(pid)) and stat[0] != "Z" and stat[2] in wanted]
+
+
+def wait_gone(pids: Iterable[int], timeout: float, poll: float = 0.1) -> bool:
+    """Wait up to ``timeout`` seconds until none of ``pids`` is alive (for processes that are
+    not this one's children, which it cannot wait for); whether none is."""
+    pids = list(pids)
+    end = time.monotonic() + timeout
+    while any(alive(p) for p in pids):
+        if time.monotonic() >= end:
+            return False
+        time.sleep(poll)
+    return True
 
 
 def tail_file(path: str | os.PathLike, lines: int = 40, title: str | None = None) -> str:

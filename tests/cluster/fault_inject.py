@@ -8,14 +8,13 @@ could not be struck (its moment never came) is recorded in ``run.errors``.
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from iqp_dev.procs import alive as _alive
+from airflow_iqp.cli.supervisor import alive as _alive, send
 
 WAIT_S = 150.0  # the longest a fault waits for its moment
 
@@ -123,10 +122,7 @@ def _watch_triggers(run, fault: dict) -> None:
 
 
 def cl_kill(pid: int, sig: int = signal.SIGKILL) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
+    send(pid, sig)
 
 
 # ------------------------------------------------------------------------------ phase 2

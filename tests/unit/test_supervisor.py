@@ -7,7 +7,7 @@ import signal
 import sys
 import time
 
-from airflow_iqp.cli.supervisor import Supervisor, alive, group_pids, send, tail_file
+from airflow_iqp.cli.supervisor import Supervisor, alive, group_pids, send, tail_file, wait_gone
 
 #: A component that starts a child in its own group (as the LocalExecutor's workers are),
 #: says so in its log, and sleeps.
@@ -25,13 +25,6 @@ def child_of(sup: Supervisor, name: str, timeout: float = 20) -> int:
     raise AssertionError(f"{name} started no child: {sup.tail(20, [name])}")
 
 
-def gone(pids: list[int], timeout: float = 10) -> bool:
-    end = time.monotonic() + timeout
-    while any(alive(p) for p in pids) and time.monotonic() < end:
-        time.sleep(0.05)
-    return not any(alive(p) for p in pids)
-
-
 def test_a_kill_of_the_leader_alone_leaves_its_group_to_stop_which_sweeps_it(tmp_path):
     sup = Supervisor(tmp_path / "logs")
     try:
@@ -44,7 +37,7 @@ def test_a_kill_of_the_leader_alone_leaves_its_group_to_stop_which_sweeps_it(tmp
         assert sup.kill("a") is None  # killed already
     finally:
         sup.stop(timeout=5)
-    assert gone([a, b, *kids]) and sup.leftover_pids() == []
+    assert wait_gone([a, b, *kids], 10) and sup.leftover_pids() == []
 
 
 def test_a_component_that_exits_is_named_with_its_code_and_its_log(tmp_path):
@@ -75,7 +68,7 @@ def test_a_restart_runs_the_same_command_again_and_the_old_group_is_swept(tmp_pa
         assert sup.commands["a"].env["MARK"] == "x1" and alive(kid)
     finally:
         sup.stop(timeout=5)
-    assert gone([first, second, kid]) and sup.leftover_pids() == []
+    assert wait_gone([first, second, kid], 10) and sup.leftover_pids() == []
 
 
 def test_a_log_that_cannot_be_read_has_no_tail(tmp_path):
