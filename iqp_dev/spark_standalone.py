@@ -136,7 +136,7 @@ class SparkStandalone:
         try:
             return [e for e in self.master_state().get(key, [])
                     if e.get("state") == state and (name is None or e.get("name") == name)]
-        except OSError:
+        except (OSError, ValueError):
             return []
 
     def wait_workers(self, alive: int, timeout: float = 120) -> float:
@@ -175,11 +175,12 @@ class SparkStandalone:
             {a["id"] for a in self.listed("activeapps", "RUNNING", CONNECT_APP)} - before)
 
     def _answers(self) -> bool:
-        """Whether the master's web UI answers."""
+        """Whether the master's web UI answers with its JSON. While the UI starts, ``/json/``
+        can answer with the HTML of its main page (a ValueError to the JSON parser)."""
         try:
             self.master_state()
             return True
-        except OSError:
+        except (OSError, ValueError):
             return False
 
     def start(self, component: str, timeout: float, diagnostics: Callable[[], str]) -> None:
