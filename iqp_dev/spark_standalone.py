@@ -169,7 +169,10 @@ class SparkStandalone:
         if component != "spark-connect":
             raise ValueError(f"unknown Spark component {component!r}")
         before = {a["id"] for a in self.listed("activeapps", "RUNNING", CONNECT_APP)}
-        self.supervisor.start(component, connect_argv(self.connect_port, self.master_url))
+        # Spark's launcher sizes a Connect server by SPARK_DAEMON_MEMORY before --driver-memory
+        # (as a daemon, like the master): the master's 384m is too small for a driver.
+        env = {k: v for k, v in self.env.items() if k != "SPARK_DAEMON_MEMORY"}
+        self.supervisor.start(component, connect_argv(self.connect_port, self.master_url), env=env)
         # RUNNING: the master has given the server its executor, as a first query needs.
         return lambda: _port_open(self.connect_port) and bool(
             {a["id"] for a in self.listed("activeapps", "RUNNING", CONNECT_APP)} - before)
