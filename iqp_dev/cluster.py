@@ -201,7 +201,7 @@ class Cluster:
         then PostgreSQL."""
         if self.airflow is not None:
             self.airflow.stop()
-        self.spark.supervisor.stop(timeout=10)
+        self.spark.stop()
         for pid in self.leftover_pids():
             send(pid, signal.SIGKILL)
         with contextlib.suppress(Exception):

@@ -10,6 +10,7 @@ package's own daemon. ``spark-class`` ends in ``exec java``, so a component's pi
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import sys
 import time
@@ -207,3 +208,11 @@ class SparkStandalone:
         while component == "spark-connect" and _port_open(self.connect_port) and time.monotonic() < deadline:
             time.sleep(0.2)
         return pid
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM the Connect server, then the worker, then the master, each given ``timeout``
+        seconds (a worker whose master is gone first only retries to reach it), then SIGKILL
+        what is left in their groups."""
+        for component in ("spark-connect", "spark-worker", "spark-master"):
+            self.supervisor.kill(component, signal.SIGTERM, timeout=timeout)
+        self.supervisor.stop(timeout=5)
