@@ -431,7 +431,7 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
 
 def failure_detail(af, dag_id: str, run_id: str) -> str:
     """A failed run's task states and the end of each failed task's log."""
-    out = af._ti_summary(dag_id, run_id)
+    out = af.ti_summary(dag_id, run_id)
     for ti in af.task_instances(dag_id, run_id):
         if ti["state"] == "failed":
             log = af.task_log(dag_id, run_id, ti["task_id"], max(1, ti.get("try_number") or 1), ti["map_index"])

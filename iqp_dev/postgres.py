@@ -21,7 +21,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from iqp_dev.procs import alive as _alive
+from airflow_iqp.cli.supervisor import alive, send, tail_file
 
 PG_USER = "airflow"
 PG_DB = "airflow"
@@ -102,7 +102,7 @@ class Postgres:
     def pid(self) -> int | None:
         with contextlib.suppress(OSError, ValueError, IndexError):
             pid = int((self.datadir / "postmaster.pid").read_text().splitlines()[0])
-            return pid if _alive(pid) else None
+            return pid if alive(pid) else None
         return None
 
     def stop(self) -> None:
@@ -111,13 +111,9 @@ class Postgres:
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "immediate", "-w", "stop", timeout=60)
         pid = self.pid()
         if pid:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            send(pid, signal.SIGKILL)
 
     def tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no postgres log)"
+        return tail_file(self.log, lines, "postgres") or "(no postgres log)"
 
 

@@ -28,9 +28,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
+from airflow_iqp.cli.supervisor import Supervisor, tail_file
 from airflow_iqp.errors import ConfigError
 
 #: The Airflow components of the stack, each a process of its own.
@@ -181,56 +182,6 @@ def _healthy(health: dict | None) -> bool:
     return bool(health) and all((health.get(k) or {}).get("status") == "healthy" for k in HEALTH_KEYS)
 
 
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        text = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    return f"----- {path} (last {lines} lines) -----\n" + "\n".join(text[-lines:])
-
-
-class _Stack:
-    """The running components, each in its own process group (so Ctrl-C reaches this
-    command alone, which then stops each group, workers and Spark jobs with it)."""
-
-    def __init__(self, env: Mapping[str, str], logs: Path) -> None:
-        self.env, self.logs = dict(env), logs
-        self.procs: dict[str, subprocess.Popen] = {}
-
-    def start(self) -> None:
-        for component in COMPONENTS:
-            with open(self.logs / f"{component}.log", "ab") as out:
-                self.procs[component] = subprocess.Popen(
-                    [airflow_bin(), component], env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, start_new_session=True)
-
-    def exited(self) -> list[str]:
-        return [name for name, p in self.procs.items() if p.poll() is not None]
-
-    def stop(self) -> None:
-        stop_groups(self.procs.values())
-
-
-def stop_groups(procs: Iterable[subprocess.Popen], more: Iterable[int] = (), timeout: float = 20.0) -> None:
-    """SIGTERM the process group each of ``procs`` leads, then SIGKILL what is left of them
-    and of the groups ``more`` after ``timeout`` seconds; a group is killed even when its
-    leader has exited, since workers may outlive it."""
-    procs = list(procs)
-    for proc in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-    end = time.monotonic() + timeout
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=max(0.1, end - time.monotonic()))
-    for group in [*more, *(p.pid for p in procs)]:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(group, signal.SIGKILL)
-    for proc in procs:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
-
-
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -249,18 +200,21 @@ def run(args) -> int:
     env = stack_env(home, stack_settings(home, dags, args.port), os.environ)
     state = env.get("AIRFLOW__IQP__STATE_DIR") or home / "iqp" / "state"
     print(f"AIRFLOW_HOME={home}\nDAGs from {dags}\nresults and state in {state}\nlogs in {logs}", flush=True)
-    stack = _Stack(env, logs)
+    # Each component in a process group of its own: Ctrl-C reaches this command alone, which
+    # then stops each group, task processes and Spark jobs with it.
+    stack = Supervisor(logs, env=env)
     previous = signal.getsignal(signal.SIGINT), signal.signal(signal.SIGTERM, _interrupt)
     try:
         print("migrating the metadata DB (the first time takes a minute)", flush=True)
         try:
             migrate(env, logs / "db-migrate.log")
         except subprocess.CalledProcessError:
-            print(f"airflow db migrate failed\n{_tail(logs / 'db-migrate.log')}", file=sys.stderr)
+            print(f"airflow db migrate failed\n{tail_file(logs / 'db-migrate.log', 25)}", file=sys.stderr)
             return 1
         use_wal(home / "airflow.db")
         print(f"starting {', '.join(COMPONENTS)}", flush=True)
-        stack.start()
+        for component in COMPONENTS:
+            stack.start(component, [airflow_bin(), component])
         return _serve(stack, args.port, args.timeout, logs)
     except KeyboardInterrupt:
         print("stopping Airflow", flush=True)
@@ -276,15 +230,14 @@ def run(args) -> int:
             signal.signal(signal.SIGTERM, previous[1])
 
 
-def _serve(stack: _Stack, port: int, timeout: float, logs: Path) -> int:
+def _serve(stack: Supervisor, port: int, timeout: float, logs: Path) -> int:
     """Wait until every component is healthy, print the UI's address, then watch them until
     one exits (1) or Ctrl-C."""
     end, up = time.monotonic() + timeout, False
     while True:
         dead = stack.exited()
         if dead:
-            tails = "\n".join(_tail(logs / f"{name}.log") for name in dead)
-            print(f"Airflow's {', '.join(dead)} exited\n{tails}", file=sys.stderr)
+            print(f"Airflow's {', '.join(dead)} exited\n{stack.tail(25, dead)}", file=sys.stderr)
             return 1
         if not up:
             health = _health(port)

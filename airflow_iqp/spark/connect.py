@@ -191,6 +191,18 @@ def _check_binding(host: str, token: str | None, conf: Mapping[str, str]) -> Non
                           f"it of every client, or keep the default host {DEFAULT_HOST}", field="token")
 
 
+def server_args(port: int = DEFAULT_PORT, *, master: str = "local[*]", conf: Mapping[str, str] | None = None,
+                driver_memory: str = "2g", host: str = DEFAULT_HOST) -> list[str]:
+    """spark-submit's arguments after ``--class`` :data:`SERVER_CLASS` for a server on
+    ``host``:``port``: the same for the daemon of :func:`start_server` and for a server that a
+    supervisor runs in the foreground (the cluster harness)."""
+    merged = {**SERVER_CONF, **(conf or {}), BIND_CONF: host, PORT_CONF: str(int(port))}
+    argv = ["--name", "Spark Connect server", "--master", master, "--driver-memory", driver_memory]
+    for k in sorted(merged):
+        argv += ["--conf", f"{k}={merged[k]}"]
+    return argv
+
+
 def start_server(port: int = DEFAULT_PORT, *, base: str | os.PathLike | None = None, master: str = "local[*]",
                  conf: Mapping[str, str] | None = None, driver_memory: str = "2g", timeout: float = 180.0,
                  host: str = DEFAULT_HOST, token: str | None = None) -> dict:
@@ -222,11 +234,8 @@ def start_server(port: int = DEFAULT_PORT, *, base: str | os.PathLike | None = N
     if not daemon.is_file():
         raise ConfigError(f"{daemon} not found: is pyspark installed (or SPARK_HOME set to a Spark distribution)?",
                           field="spark_home")
-    merged = {**SERVER_CONF, **(conf or {}), BIND_CONF: host, PORT_CONF: str(int(port))}
-    argv = ["bash", str(daemon), "submit", SERVER_CLASS, "1", "--name", "Spark Connect server",
-            "--master", master, "--driver-memory", driver_memory]
-    for k in sorted(merged):
-        argv += ["--conf", f"{k}={merged[k]}"]
+    argv = ["bash", str(daemon), "submit", SERVER_CLASS, "1",
+            *server_args(port, master=master, conf=conf, driver_memory=driver_memory, host=host)]
     make_dirs(d)
     atomic_write_json(d / SERVER_INFO, {"host": host, "authenticated": bool(token)})
     # A server on one non-loopback address cannot be asked from here without TLS (pyspark

@@ -8,7 +8,6 @@ could not be struck (its moment never came) is recorded in ``run.errors``.
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -16,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from iqp_dev.procs import alive as _alive
+from airflow_iqp.cli.supervisor import alive as _alive, send
 
 WAIT_S = 150.0  # the longest a fault waits for its moment
 
@@ -124,10 +123,7 @@ def _watch_triggers(run, fault: dict) -> None:
 
 
 def cl_kill(pid: int, sig: int = signal.SIGKILL) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
+    send(pid, sig)
 
 
 # ------------------------------------------------------------------------------ phase 2

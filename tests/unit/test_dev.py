@@ -17,7 +17,7 @@ import pytest
 
 from airflow_iqp.cli.dev import HEALTH_KEYS, free_port, port_taken, stack_env, stack_settings
 from airflow_iqp.cli.main import main
-from iqp_dev.procs import alive
+from airflow_iqp.cli.supervisor import alive, wait_gone
 
 #: A stand-in for the ``airflow`` executable: ``db migrate`` succeeds; every component
 #: records its pid and starts a child in its group, as the LocalExecutor's workers are; the
@@ -108,9 +108,7 @@ def test_ctrl_c_stops_every_component_and_its_children(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert "stopping Airflow" in out
-    deadline = time.monotonic() + 10
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_gone(pids, 10)
     assert [p for p in pids if alive(p)] == []
     assert (tmp_path / "home" / "logs" / "db-migrate.log").exists()
 
@@ -120,9 +118,7 @@ def test_a_component_that_exits_stops_the_rest_and_shows_its_log(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "Airflow's scheduler exited" in err and "scheduler: boom" in err, (out, err)
     pids = recorded_pids(tmp_path / "home")
-    deadline = time.monotonic() + 10
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_gone(pids, 10)
     assert [p for p in pids if alive(p)] == []
 
 
