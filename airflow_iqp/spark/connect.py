@@ -322,16 +322,6 @@ def server_cpu_seconds(pid: int) -> float:
     return total
 
 
-def server_rss_mb(pid: int) -> float:
-    import psutil
-
-    try:
-        p = psutil.Process(pid)
-        return sum(q.memory_info().rss for q in (p, *p.children(recursive=True))) / 2**20
-    except psutil.Error:
-        return 0.0
-
-
 def connect_session(url: str):
     """A new Spark Connect client session on ``url`` (``sc://host:port``, with ``/;token=...``
     for an authenticated server); ``stop()`` it when done."""

@@ -7,6 +7,7 @@ Pure Python: no Spark, no Airflow.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Iterable
 
@@ -29,7 +30,12 @@ class QueryState:
         return self.store.get(self._key(QUERY_FILE))
 
     def save(self, doc: dict) -> str:
-        return self.store.put(self._key(QUERY_FILE), doc)
+        """Save the query and its inputs: once, and again only when they change (every window's
+        plan task saves what its DAG declares). Where it is."""
+        key = self._key(QUERY_FILE)
+        if self.store.get(key) != json.loads(json.dumps(doc)):
+            self.store.put(key, doc)
+        return self.store.uri(key)
 
     def columns(self, stream: str) -> dict | None:
         """A stream's columns as recorded from its first readable unit: ``{"columns", "taken_from"}``."""

@@ -64,14 +64,9 @@ class QueryConfig:
     dispatch: float = _BACKEND["dispatch"]        #: Backend.dispatch
 
     def __post_init__(self):
-        if self.units is not None and (not isinstance(self.units, int) or self.units < 1):
-            raise ConfigError(f"must be a whole number >= 1, or None (unknown), got {self.units!r}", "units")
-        if not (isinstance(self.grace, (int, float)) and self.grace >= 0):
-            raise ConfigError(f"must be >= 0 seconds, got {self.grace!r}", "grace")
-        if self.late not in ("record", "merge"):
-            raise ConfigError(f"must be 'record' or 'merge', got {self.late!r}", "late")
-        if not (isinstance(self.lateness, (int, float)) and self.lateness >= 0):
-            raise ConfigError(f"must be >= 0 seconds, got {self.lateness!r}", "lateness")
+        # The arrival's settings are checked where they are defined, once.
+        options.Arrival(units=self.units, rate=self.rate, profile=self.profile, grace=self.grace, late=self.late,
+                        lateness=self.lateness)
         if self.arrival not in ("hint", "observed"):
             raise ConfigError(f"must be 'hint' or 'observed', got {self.arrival!r}", "arrival")
         backend = Backend.named(self.backend, "backend")
@@ -90,8 +85,6 @@ class QueryConfig:
         if self.shares and self.ahead:
             raise ConfigError("give shares (plan with the other queries' work) or ahead (a fixed reservation "
                               "after the window's end), not both", "ahead")
-        if self.rate is not None and not self.rate > 0:
-            raise ConfigError(f"must be > 0 units per second, got {self.rate!r}", "rate")
         scaled(cost_model_from_dict(self.cost_hint or backend.default_cost, "cost_hint"),
                self.cost_scale)  # checks cost_scale too
         if self.final_agg_hint is not None:

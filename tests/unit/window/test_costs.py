@@ -15,7 +15,7 @@ from airflow_iqp.store import WindowState, open_store
 from airflow_iqp.store.files import atomic_write_json
 from airflow_iqp.window.accounting import batch_span, merge_span, record_attempt
 from airflow_iqp.window.config import QueryConfig, window_id
-from airflow_iqp.window.costs import cost_models
+from airflow_iqp.window.costs import cost_models, expected_units, observed_offsets
 from airflow_iqp.window.plan import plan_window
 from tests.unit.support import TI, rewrite_claim
 
@@ -198,3 +198,16 @@ def test_records_without_a_claim_to_partial_span_are_not_fitted(tmp_path):
         open_store(c.state_dir).record_cost(query="cq2", kind="batch", units=units, batches=1, wall_seconds=4.5,
                                             end_to_end_seconds=None)
     assert cost_models(c)[2].startswith("cost from the built-in spark-submit default")
+
+
+def test_a_query_id_in_capitals_finds_its_own_history_and_arrivals(tmp_path):
+    """The store normalises a query's id once: a DAG named ``Revenue`` plans from what its
+    earlier windows recorded, whatever case the id is written in."""
+    c = replace(cfg(tmp_path, units=None), query="Revenue", rate=1.0)
+    store = open_store(c.state_dir)
+    for window in ("20260101T000000", "20260101T000200", "20260101T000400"):
+        store.window("revenue", window).write_doc("arrivals", {"offsets": [1.0] * 30, "units": [f"u{i}" for i in range(30)]})
+    assert expected_units(c, 120) == (30, "median of 3 earlier windows")
+    assert observed_offsets(replace(c, units=30, arrival="observed")) == [1.0] * 30
+    store.record_cost(query="REVENUE", kind="batch", units=10, batches=1, wall_seconds=1.0, end_to_end_seconds=12.0)
+    assert "1 batches of 10 units measured from claim to partial" in cost_models(c)[2]
