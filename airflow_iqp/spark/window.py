@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from airflow_iqp.backends.base import Backend
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.landing import list_units
 from airflow_iqp.query.store import Saved, load_query, save_query
@@ -14,9 +15,6 @@ from airflow_iqp.spark.batch import batch_work, work_args
 from airflow_iqp.spark.submit import build_pyfiles_zip, job_path, run_submit, submit_args
 from airflow_iqp.store import open_store
 from airflow_iqp.streams import files_of, landing_of
-
-#: The backend these jobs run on, as their metrics and the cost history name it.
-BACKEND = "spark-submit"
 
 
 def resolve_data(data: str | os.PathLike, static: str | os.PathLike | None = None) -> tuple[Path, Path | None]:
@@ -51,13 +49,14 @@ def split_consecutive(items: Sequence, k: int) -> list[list]:
 def run_window(query: str | Saved, data: str | os.PathLike | None, batches: int, out: str | os.PathLike, *,
                static: str | os.PathLike | None = None, window_id: str = "w0", master: str = "local[*]",
                conf: Mapping[str, str] | None = None, ship_package: bool | None = None,
-               timeout: float | None = None, log=None) -> dict:
+               timeout: float | None = None, log=None, backend: str = Backend.default_name) -> dict:
     """Claim and run ``batches`` consecutive batches of a window's units, then the final job.
 
     ``query`` is a catalogued query's id, whose units are in ``data`` (see
     :func:`resolve_data`), or a :class:`Saved` query whose streams say where its units are
     (``data`` is then ignored). ``out`` is the state store (its location) the window's
-    state goes to; the query is saved there for the jobs to load.
+    state goes to; the query is saved there for the jobs to load. ``backend``: the name
+    its jobs' metrics and cost history record (a spark-submit backend's).
 
     Returns ``{"result", "manifest", "batches": [{"batch","units","files","wall_seconds","cpu_seconds",
     "job"}], "final": {"wall_seconds","cpu_seconds","job"}}`` where wall/CPU seconds are
@@ -93,7 +92,7 @@ def run_window(query: str | Saved, data: str | os.PathLike | None, batches: int,
                   "batches": [], "final": None}
         for b, chunk in enumerate(split_consecutive(units, batches)):
             claim = ws.claim(b, [u.name for u in chunk], files_of(chunk, read))
-            res = submit("batch", [*work_args(ws, batch_work(ws, b)), "--backend", BACKEND],
+            res = submit("batch", [*work_args(ws, batch_work(ws, b)), "--backend", backend],
                          f"iqp-{query.id}-{window_id}-b{b}")
             if res.returncode != 0:
                 raise DataError(f"batch {b} of {query.id} failed (exit {res.returncode}):\n{res.tail()}")
@@ -104,7 +103,7 @@ def run_window(query: str | Saved, data: str | os.PathLike | None, batches: int,
                 log(f"batch {b}: {len(claim['units'])} units, {res.wall_seconds:.1f}s wall, "
                     f"{res.cpu_seconds:.1f}s cpu")
         res = submit("final", ["--store", store.location, "--query", query.id, "--window", window_id,
-                               "--backend", BACKEND, "--expect-units", str(len(units))],
+                               "--backend", backend, "--expect-units", str(len(units))],
                      f"iqp-{query.id}-{window_id}-final")
     if res.returncode != 0:
         raise DataError(f"final aggregation of {query.id} failed (exit {res.returncode}):\n{res.tail()}")
