@@ -172,7 +172,7 @@ def check_results(out_of: dict, refs: dict) -> dict:
     """{query: bool}: each result directory's rows equal the DuckDB reference."""
     import pyarrow.parquet as pq
 
-    from tests.reference import assert_same_rows
+    from tests.support.reference import assert_same_rows
 
     ok = {}
     for q, path in out_of.items():
@@ -481,7 +481,7 @@ def prepare(ctx) -> None:
 
 def prepare_data(ctx) -> None:
     """The window's units (generated once per scale and unit count) and each query's DuckDB result."""
-    from tests.reference import duckdb_reference
+    from tests.support.reference import duckdb_reference
 
     data = ctx["data"]
     if not (data / "units").is_dir():

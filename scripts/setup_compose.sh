@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs a Compose client when none is here: tests/provider/test_dag_hygiene.py checks
+# Installs a Compose client when none is here: tests/test_dag_hygiene.py checks
 # that `docker compose config` (or `docker-compose config`) accepts docker-compose.yaml.
 # `config` only reads the file; no Docker engine is needed. Idempotent; prints what it
 # installs. Called by scripts/test.sh.

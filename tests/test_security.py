@@ -1,7 +1,7 @@
 """Security and safety, without Spark: who may reach the Connect server, who may read the state
 directory, which names may become paths, and that no connection secret lands in logs or state.
 
-The real token-authenticated server is in ``tests/spark/test_security_connect.py``.
+The real token-authenticated server is in ``tests/spark/test_connect_security.py``.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from airflow_iqp.store.files import atomic_write_json, replace_dir, temp_sibling
 from airflow_iqp.landing import list_units
 from airflow_iqp.streams import Stream
 from airflow_iqp.window.batch import Batch
-from tests.batches import make_batch
-from tests.unit.support import rewrite_claim
+from tests.support.batches import make_batch
+from tests.support.tasks import rewrite_claim
 
 TOKEN = "s3cr3t+token/with=odd&chars-7f2a9c"
 
@@ -112,7 +112,7 @@ def _foreign_dir(tmp: Path) -> None:
 def test_nothing_in_the_state_directory_is_world_readable(tmp_path, umask):
     from airflow_iqp.operators.plan import BatchPlanOperator
     from airflow_iqp.options import Algorithm1, Arrival
-    from tests.unit.support import START, TI, context
+    from tests.support.tasks import START, TI, context
 
     state = tmp_path / "a" / "state"  # its parents are made by the state layer too
     BatchPlanOperator(task_id="plan", query="cq2", landing=str(tmp_path / "landing"), state_dir=str(state),
@@ -296,7 +296,7 @@ def test_no_connection_secret_reaches_the_logs_or_the_state_directory(tmp_path, 
     from airflow_iqp.operators.plan import BatchPlanOperator
     from airflow_iqp.backends import SparkConnect
     from airflow_iqp.options import Algorithm1, Arrival
-    from tests.unit.support import START, TI, context
+    from tests.support.tasks import START, TI, context
 
     password = "pg-Pa55word-91c3"
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", json.dumps(

@@ -184,7 +184,7 @@ def plan_batches(arrival: ArrivalModel, cost: CostModel, final_agg: FinalAggCost
     other cost models the plan is still valid and meets the deadline when it says so, but
     may have more batches than needed, or miss a deadline that fewer batches meet, and
     ``plan.extra["note"]`` says so: the paper's claim of optimality for any cost model does
-    not hold (see tests/planning/test_properties.py). ``exact.plan_exact`` is exact for any.
+    not hold (see tests/planning/test_planner_properties.py). ``exact.plan_exact`` is exact for any.
     """
     _check_window(arrival, window_end, deadline)
     passes: list[int] = []

@@ -86,7 +86,7 @@ def window_facts(run: Run, dag: str) -> dict:
     try:
         import pyarrow.parquet as pq
 
-        from tests.reference import assert_same_rows
+        from tests.support.reference import assert_same_rows
 
         got = [tuple(r.values()) for r in pq.read_table(manifest["result"]).to_pylist()]
         want = duckdb_rows([str(run.landing(dag) / n) for n in good])

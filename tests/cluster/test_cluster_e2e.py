@@ -29,7 +29,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 from iqp_dev.cluster import cluster_env  # noqa: E402
-from tests.reference import assert_same_rows, duckdb_reference  # noqa: E402
+from tests.support.reference import assert_same_rows, duckdb_reference  # noqa: E402
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from airflow_iqp.cli.dev import free_port, port_taken
-from tests.reference import assert_same_rows
+from tests.support.reference import assert_same_rows
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 

@@ -36,7 +36,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 from iqp_dev.local_airflow import airflow_env, free_port  # noqa: E402
-from tests.reference import assert_same_rows  # noqa: E402
+from tests.support.reference import assert_same_rows  # noqa: E402
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 

@@ -27,7 +27,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from iqp_dev.local_airflow import airflow_env  # noqa: E402
-from tests.reference import assert_same_rows, duckdb_reference  # noqa: E402
+from tests.support.reference import assert_same_rows, duckdb_reference  # noqa: E402
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 

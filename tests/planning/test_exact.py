@@ -1,5 +1,5 @@
 """The exact planner (method ``exact``): busy time, coarsening, speed. Against exhaustive
-search and Function 1: ``test_properties.py``."""
+search and Function 1: ``test_planner_properties.py``."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from airflow_iqp.planning.exact import plan_exact
 from airflow_iqp.planning.models import Busy, FixedRate, LinearCost, LinearFinalAgg, PiecewiseLinearCost
 from airflow_iqp.planning.planner import build_plan
 from tests.planning.oracle import TOL, check_plan, compositions
-from tests.planning.test_properties import SETTINGS, instance, linear_cost, piecewise_cost
-from tests.planning.test_shared import intervals
+from tests.planning.test_planner_properties import SETTINGS, instance, linear_cost, piecewise_cost
+from tests.planning.test_planner_shared import intervals
 
 
 def assert_best_of(plan, plans):

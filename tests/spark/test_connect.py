@@ -17,8 +17,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.batches import tpch_files
-from tests.reference import assert_same_rows, duckdb_reference
+from tests.support.batches import tpch_files
+from tests.support.reference import assert_same_rows, duckdb_reference
 
 from iqp_dev.local_airflow import free_port
 from airflow_iqp.backends import SparkConnect
@@ -191,7 +191,7 @@ def _saved_window(spark, saved, events_dir, k, out) -> WindowState:
 
 def test_a_users_sql_and_pyspark_functions_run_on_the_connect_server(server, events_dir, tmp_path):
     """The same split query and the same DataFrame functions as in-process, on Spark Connect."""
-    from tests.events import duckdb_events
+    from tests.support.events import duckdb_events
 
     from airflow_iqp.query import Query, decompose
     from airflow_iqp.query.store import Saved

@@ -1,5 +1,5 @@
 """A fixed set of windows and the plans the provider makes of them: the record that a change
-of structure leaves every plan as it was (``test_fixed_plans.py``). Each plan is kept as
+of structure leaves every plan as it was (``test_plan_fixed_plans.py``). Each plan is kept as
 its batch sizes, feasibility, total cost and models, and a digest of all the rest (the
 plan, and every field of its batches but the paths).
 

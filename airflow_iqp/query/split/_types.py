@@ -6,7 +6,7 @@ decimal(p + 4, s + 4)), decimal arithmetic follows Spark's precision and scale r
 integer literal beside a decimal counts its digits; an integer column counts as
 decimal(10, 0) or decimal(20, 0)), and an integer beside a float is a double. Only the
 expressions listed here are typed; any other gives no type (``None``), never a guess: a
-shown type is the one Spark gives (tests/spark/test_sql_types.py checks them against it).
+shown type is the one Spark gives (tests/query/test_split_types.py checks them against it).
 """
 
 from __future__ import annotations

@@ -1,0 +1,415 @@
+"""The job code (claims, atomic partials, metrics, coverage checks) driven in one SparkSession."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.support.batches import tpch_files
+from tests.support.reference import assert_same_rows, duckdb_reference
+from tests.support.tasks import rewrite_claim
+
+from airflow_iqp.errors import DataError
+from airflow_iqp.spark.batch import batch_work, execute_batch
+from airflow_iqp.spark.merge import execute_final
+from airflow_iqp.query.catalogue import get_query
+from airflow_iqp.spark.steps import run_batch, run_final, write_atomic
+from airflow_iqp.spark.window import split_consecutive
+from airflow_iqp.store import WindowState, open_store
+
+pytestmark = pytest.mark.spark
+
+#: The backend the jobs run here are recorded as, in their metrics and the cost history.
+BACKEND = "spark-submit"
+
+
+def result_rows(spark, ws: WindowState) -> list[tuple]:
+    return [tuple(r) for r in spark.read.parquet(ws.result_uri).collect()]
+
+
+def run_window_inprocess(spark, qid, units, static, state, window="w", k=3) -> WindowState:
+    query = get_query(qid)
+    ws = open_store(state).window(qid, window)
+    for b, chunk in enumerate(split_consecutive(units, k)):
+        ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
+        execute_batch(spark, batch_work(ws, b, str(static)), backend=BACKEND)
+    execute_final(spark, ws, backend=BACKEND, expect_units=len(units))
+    return ws
+
+
+def test_pyspark_python_version_equals_jvm_version(spark):
+    import pyspark
+
+    assert spark.version == pyspark.__version__
+    # spark.version asks the JVM session; JavaSparkContext.version() is the JVM's SPARK_VERSION
+    assert spark.sparkContext._jsc.version() == pyspark.__version__
+
+
+def test_units_keep_orders_with_their_lineitems(units):
+    for u in units:
+        o = pq.read_table(u / "orders.parquet", columns=["o_orderkey", "o_eventtime"])
+        li = pq.read_table(u / "lineitem.parquet", columns=["l_orderkey", "l_eventtime"])
+        assert set(li.column("l_orderkey").to_pylist()) <= set(o.column("o_orderkey").to_pylist())
+        assert len(o) > 0 and len(li) > 0
+        # event times lie in the unit's slot of the window (1 s per unit by default)
+        i = int(u.name)
+        for col in (o.column("o_eventtime"), li.column("l_eventtime")):
+            secs = [t.timestamp() - 1767225600 for t in col.to_pylist()]
+            assert i <= min(secs) and max(secs) < i + 1
+
+
+def test_retried_batch_leaves_the_result_unchanged(spark, units, tpch_dir, tmp_path):
+    ws = run_window_inprocess(spark, "q4", units, tpch_dir / "static", tmp_path)
+    before = result_rows(spark, ws)
+    manifest_before = ws.claim_of(1)
+    # a retry of batch 1: the claim returns the same manifest, the job overwrites only its partial
+    again = ws.claim(1, ["000000"], ["/other"])
+    assert again == manifest_before
+    other_partial = sorted(os.listdir(ws.partial_uri(0)))
+    execute_batch(spark, batch_work(ws, 1, str(tpch_dir / "static")), backend=BACKEND)
+    assert sorted(os.listdir(ws.partial_uri(0))) == other_partial
+    execute_final(spark, ws, backend=BACKEND, expect_units=len(units))
+    after = result_rows(spark, ws)
+    assert_same_rows(after, before, ordered=True, label="q4 after retry")
+    cols, ref = duckdb_reference("q4", units, tpch_dir / "static")
+    assert_same_rows(after, ref, ordered=True, label="q4 vs duckdb")
+    hist = ws.store.cost_history(query="q4")
+    assert [r["kind"] for r in hist] == ["batch", "batch", "batch", "final", "batch", "final"]
+    # Claimed and run outside Airflow (no attempts on record): no span from claim to output.
+    assert all(r["end_to_end_seconds"] is None for r in hist)
+    metrics = ws.metrics(1)
+    assert metrics["units"] == 2 and metrics["rows_in"] > 0 and metrics["bytes"] > 0
+    assert metrics["rows_out"] == len(spark.read.parquet(ws.partial_uri(1)).collect())
+    assert metrics["task_seconds"] is not None and metrics["task_seconds"] > 0
+    assert metrics["cpu_seconds"] > 0 and metrics["wall_seconds"] > 0
+    result_manifest = ws.manifest()
+    assert result_manifest["units"] == [u.name for u in units]
+    assert result_manifest["batches"] == [0, 1, 2]
+    assert len(result_manifest["files"]) == 2 * len(units)
+
+
+def test_the_cost_history_has_each_batch_from_claim_to_partial_and_the_merge_from_the_last_batch(
+        spark, units, tpch_dir, tmp_path):
+    """As the provider runs a window, each task recording its attempt before its job: the
+    history's spans hold the task's start, which the job's own step seconds leave out."""
+    import time
+    from types import SimpleNamespace
+
+    from airflow_iqp.store import batch_name
+    from airflow_iqp.window.accounting import record_attempt
+
+    ws = open_store(tmp_path).window("q4", "w")
+    for b, chunk in enumerate(split_consecutive(units, 2)):
+        ws.claim(b, [u.name for u in chunk], tpch_files(chunk, get_query("q4").streams))
+        record_attempt(ws, batch_name(b), SimpleNamespace(task_id="batch.submit", map_index=b, try_number=1))
+        time.sleep(0.3)  # the task starting
+        execute_batch(spark, batch_work(ws, b, str(tpch_dir / "static")), backend=BACKEND)
+    record_attempt(ws, "final", SimpleNamespace(task_id="final", map_index=-1, try_number=1))
+    time.sleep(0.3)
+    execute_final(spark, ws, backend=BACKEND, expect_units=len(units))
+    *batches, final = ws.store.cost_history(query="q4")
+    ends = []
+    for b, record in enumerate(batches):
+        claimed, written = ws.claim_of(b)["claimed_at"], ws.metrics(b)["written_at"]
+        assert record["end_to_end_seconds"] == pytest.approx(written - claimed)
+        assert record["end_to_end_seconds"] >= record["wall_seconds"] + 0.3
+        ends.append(written)
+    manifest = ws.manifest()
+    assert final["end_to_end_seconds"] == manifest["end_to_end_seconds"]
+    assert final["end_to_end_seconds"] == pytest.approx(manifest["written_at"] - max(ends))
+    assert final["end_to_end_seconds"] >= final["wall_seconds"] + 0.3
+
+
+def test_a_fused_tail_merges_its_batch_in_one_job_writes_no_partial_and_a_retry_counts_nothing_twice(
+        spark, units, tpch_dir, tmp_path):
+    from airflow_iqp.spark.tail import execute_tail
+
+    qid, static = "cq2", str(tpch_dir / "static")
+    query = get_query(qid)
+    ws = open_store(tmp_path).window(qid, "w")
+    chunks = split_consecutive(units, 3)
+    for b, chunk in enumerate(chunks):
+        ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
+    for b in (0, 1):
+        execute_batch(spark, batch_work(ws, b, static), backend=BACKEND)
+    manifest = execute_tail(spark, ws, 2, static, backend=BACKEND)
+    # The result covers the tail's units; its batch was merged in the same job, never written.
+    assert not ws.has_partial(2) and manifest["units"] == [u.name for u in units]
+    assert manifest["batches"] == [0, 1, 2]
+    cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
+    assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="fused tail vs duckdb")
+    # A retry computes it again from the same claim: the same result, nothing counted twice.
+    execute_tail(spark, ws, 2, static, backend=BACKEND)
+    assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="fused tail retried")
+    # The merge's cost history has no record with a batch's work in it.
+    assert [r["kind"] for r in ws.store.cost_history(query=qid)] == ["batch", "batch"]
+
+
+def test_a_fused_tail_merges_the_partials_read_ahead_unless_one_was_written_again(spark, units, tpch_dir, tmp_path):
+    """What a fused tail reads while it waits (``read_written``) is read again when a partial
+    appears, and the merge uses it only if no partial was written again since (a retried
+    batch's new directory): the result is right either way."""
+    from airflow_iqp.spark.merge import _ahead_or_paths
+    from airflow_iqp.spark.tail import execute_tail, read_written
+
+    qid, static = "cq3", str(tpch_dir / "static")
+    query = get_query(qid)
+    ws = open_store(tmp_path).window(qid, "w")
+    for b, chunk in enumerate(split_consecutive(units, 3)):
+        ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
+    assert read_written(spark, ws) is None
+    execute_batch(spark, batch_work(ws, 0, static), backend=BACKEND)
+    ahead = read_written(spark, ws)
+    assert list(ahead["dirs"]) == [ws.partial_uri(0)]
+    execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)
+    paths = [ws.partial_uri(b) for b in (0, 1)]
+    assert _ahead_or_paths(ahead, ws, paths) == paths  # batch 1's partial came after it
+    ahead = read_written(spark, ws, ahead)
+    assert read_written(spark, ws, ahead) is ahead  # nothing new: not read again
+    assert _ahead_or_paths(ahead, ws, paths) is ahead["df"]
+    cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
+    execute_tail(spark, ws, 2, static, backend=BACKEND, written=ahead)
+    assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="tail merged with the read-ahead")
+    execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)  # batch 1 retried
+    assert _ahead_or_paths(ahead, ws, paths) == paths
+    execute_tail(spark, ws, 2, static, backend=BACKEND, written=ahead)
+    assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="tail after a partial written again")
+
+
+def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_units_land(
+        spark, units, tpch_dir, tmp_path):
+    """``run_tail`` with ``before``: the final task, started early, runs batch 2 when its units
+    are in and batch 3 (with the merge) when the window's last units land, from a real
+    landing directory; with a gate (``slots=1``) the last batch's ``turn_ts`` does not hold it."""
+    import threading
+    import time
+
+    from airflow_iqp.spark.tail import run_tail
+    from airflow_iqp.window.readiness import claim_batch, split_tail
+    from tests.support.batches import make_batch
+
+    qid, static = "cq3", str(tpch_dir / "static")
+    landing, state = tmp_path / "landing", tmp_path / "state"
+    landing.mkdir()
+    now = time.time()
+    far = now + 3600  # no batch fires on time alone here: each waits for its units
+    entries = [make_batch(query=qid, window_id="w", index=i, of=3, units=n, cumulative=c, expected_total=len(units),
+                          last=i == 3, ready_ts=now + r, latest_start_ts=far, deadline_ts=far, landing=str(landing),
+                          state_dir=str(state), static=static, cost=1.0, label=f"batch {i}/3")
+               for i, n, c, r in ((1, 2, 2, 0.0), (2, 2, 4, 1.0), (3, 2, 6, 2.0))]
+    entries[-1] = entries[-1].with_(turn_ts=now + 30)  # ``ahead``: without the gate it would wait for this
+    mapped, tail = split_tail(entries, lead=1.5)
+    assert [b.index for b in mapped] == [1] and [b.index for b in tail.before] == [2]
+    for u in units[:3]:
+        shutil.copytree(u, landing / u.name)
+    claim_batch(mapped[0])  # the mapped batch's sensor: the 3 units there are
+    ws = open_store(state).window(qid, "w")
+    execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)
+
+    def land():  # the rest arrives while the final task waits
+        for u in units[3:]:
+            time.sleep(0.7)
+            shutil.copytree(u, landing / f".{u.name}")
+            (landing / f".{u.name}").rename(landing / u.name)
+
+    lander = threading.Thread(target=land)
+    # The last batch may claim 2 s from now: batch 2, reached before then, runs on its own
+    # (reached after it, it would leave its units to the last batch: fold_into_tail).
+    tail = tail.with_(ready_ts=time.time() + 2.0)
+    lander.start()
+    t0 = time.time()
+    manifest = run_tail(spark, ws, tail, slots=1, backend=BACKEND)
+    lander.join()
+    assert time.time() - t0 < 25  # the gate's turn, not turn_ts 30 s away
+    claims = ws.claims()
+    assert [len(claims[i]["units"]) for i in (1, 2, 3)] == [3, 1, 2]  # batch 2 fired when 4 units were in
+    assert ws.has_partial(2) and not ws.has_partial(3)  # the last is merged, not written
+    assert manifest["batches"] == [1, 2, 3] and manifest["units"] == [u.name for u in units]
+    cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
+    assert_same_rows(result_rows(spark, ws), ref, ordered=get_query(qid).ordered, label="tail with before")
+    # A retry re-reads every claim and recomputes no written partial: the result is the same.
+    written = ws.partial_versions()
+    run_tail(spark, ws, tail, slots=1, backend=BACKEND)
+    assert ws.partial_versions() == written
+    assert_same_rows(result_rows(spark, ws), ref, ordered=get_query(qid).ordered, label="tail retried")
+
+
+def test_a_unit_in_two_partials_is_an_error_naming_both_batches(spark, units, tpch_dir, tmp_path):
+    ws = run_window_inprocess(spark, "cq1", units, tpch_dir / "static", tmp_path, k=2)
+    # forge a third batch covering a unit of batch 1 (a claim would refuse it)
+    rewrite_claim(ws, 2, units=[units[4].name], files=[], claimed_at=0)
+    shutil.copytree(ws.partial_uri(1), ws.partial_uri(2))
+    with pytest.raises(DataError, match=rf"unit {units[4].name} is covered by two partials, batch 1 and batch 2"):
+        execute_final(spark, ws, backend=BACKEND)
+
+
+def test_a_claimed_batch_without_partial_blocks_the_final(spark, units, tpch_dir, tmp_path):
+    ws = run_window_inprocess(spark, "cq1", units, tpch_dir / "static", tmp_path, k=2)
+    ws.claim(3, [], [])  # a batch that found nothing to claim needs no partial
+    assert execute_final(spark, ws, backend=BACKEND)["units"] == [u.name for u in units]
+    ws.claim(2, ["999999"], [])
+    with pytest.raises(DataError, match=r"batch\(es\) \[2\] claimed input but have no partial"):
+        execute_final(spark, ws, backend=BACKEND)
+
+
+def failing(qid: str):
+    """A catalogued query over the TPC-H streams with ``on_bad_unit="fail"``: a bad file fails the batch."""
+    from dataclasses import replace
+
+    from airflow_iqp.query.store import Saved
+    from airflow_iqp.streams import TPCH
+
+    return Saved(get_query(qid), tuple(replace(st, on_bad_unit="fail") for st in TPCH))
+
+
+def test_corrupt_parquet_names_the_file(spark, units, tmp_path):
+    bad = tmp_path / "000099" / "orders.parquet"
+    bad.parent.mkdir()
+    data = (units[0] / "orders.parquet").read_bytes()
+    bad.write_bytes(data[: len(data) // 2])  # truncated: no footer
+    files = tpch_files(units[:1], ["orders"]) + [str(bad)]
+    with pytest.raises(DataError, match=rf"{bad}: not a readable parquet file"):
+        run_batch(spark, failing("cq2"), files, None)
+    garbage = tmp_path / "000098" / "orders.parquet"
+    garbage.parent.mkdir()
+    garbage.write_bytes(b"PAR1" + b"\x00" * 100 + b"PAR1")
+    with pytest.raises(DataError, match=rf"{garbage}: not a readable parquet file"):
+        run_batch(spark, failing("cq2"), [str(garbage)], None)
+
+
+def test_wrong_schema_names_the_file_and_column(spark, units, tmp_path):
+    table = pq.read_table(units[0] / "lineitem.parquet")
+    renamed = tmp_path / "000001" / "lineitem.parquet"
+    renamed.parent.mkdir()
+    pq.write_table(table.rename_columns(["x_" + c if c == "l_suppkey" else c for c in table.column_names]), renamed)
+    with pytest.raises(DataError, match=rf"{renamed}: wrong schema for stream lineitem: column l_suppkey is missing"):
+        run_batch(spark, failing("cq3"), [str(renamed)], None)
+    retyped = tmp_path / "000002" / "lineitem.parquet"
+    retyped.parent.mkdir()
+    idx = table.schema.get_field_index("l_quantity")
+    pq.write_table(table.set_column(idx, "l_quantity", table.column(idx).cast(pa.float64())), retyped)
+    with pytest.raises(DataError, match=rf"{retyped}: .*column l_quantity is double, expected DECIMAL\(15,2\)"):
+        run_batch(spark, failing("q1"), [str(retyped)], None)
+
+
+def test_empty_window_gives_zero_count_or_empty_result(spark, tpch_dir, tmp_path):
+    for qid, want in (("cq1", [(0,)]), ("cq2", []), ("q4", [])):
+        df = run_batch(spark, qid, [], tpch_dir / "static")
+        path = write_atomic(df, tmp_path / qid / "batch-0000")
+        got = [tuple(r) for r in run_final(spark, qid, [str(path)]).collect()]
+        assert got == want, qid
+        cols, ref = duckdb_reference(qid, [], tpch_dir / "static")
+        assert_same_rows(got, ref, ordered=True, label=f"{qid} empty")
+
+
+def _writer(path) -> str:
+    """Who wrote a result's parquet file: Spark (parquet-mr) or Arrow (parquet-cpp)."""
+    files = sorted(p for p in path.iterdir() if p.suffix == ".parquet")
+    return pq.ParquetFile(files[0]).metadata.created_by
+
+
+def test_a_small_result_is_collected_and_reads_back_as_sparks_own_write(spark, tmp_path):
+    """``write_result`` under its row bound writes one Arrow file laid out as Spark's (one
+    part file, ``_SUCCESS``) that Spark and DuckDB read back with Spark's own write's
+    columns, types and rows: decimals, dates, time stamps (INT96), NULLs. Over the bound,
+    or with time stamps both with and without a time zone, Spark writes it."""
+    import duckdb
+
+    from airflow_iqp.spark.steps import COLLECT_MAX_ROWS, write_result
+
+    df = spark.sql("""SELECT * FROM VALUES
+        (1, 'DE', CAST(12.34 AS DECIMAL(15,2)), DATE '1995-03-15', TIMESTAMP '2026-11-25 10:00:00', 0.5),
+        (2, NULL, CAST(-1.00 AS DECIMAL(15,2)), NULL, NULL, NULL)
+        AS t(id, country, revenue, day, hour, share) ORDER BY id""")
+    write_atomic(df, tmp_path / "spark")
+    write_result(df, tmp_path / "arrow", rows_estimate=2)
+    assert "parquet-mr" in _writer(tmp_path / "spark") and "parquet-cpp" in _writer(tmp_path / "arrow")
+    names = sorted(p.name for p in (tmp_path / "arrow").iterdir())
+    assert len(names) == 2 and names[0] == "_SUCCESS" and names[1].startswith("part-00000-")
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary directory left
+    back = {k: spark.read.parquet(str(tmp_path / k)) for k in ("spark", "arrow")}
+    assert back["arrow"].schema.simpleString() == back["spark"].schema.simpleString()
+    assert back["arrow"].collect() == back["spark"].collect() == df.collect()
+    con = duckdb.connect()
+    ddb = {}
+    for k in back:
+        cur = con.execute(f"SELECT * FROM read_parquet('{tmp_path / k}/*.parquet') ORDER BY id")
+        ddb[k] = (cur.description, cur.fetchall())
+    assert ddb["arrow"] == ddb["spark"] and len(ddb["arrow"][1]) == 2
+    write_result(df, tmp_path / "big", rows_estimate=COLLECT_MAX_ROWS + 1)
+    write_result(df, tmp_path / "unknown", rows_estimate=None)
+    mixed = spark.sql("SELECT TIMESTAMP '2026-11-25 10:00:00' AS a, CAST(TIMESTAMP '2026-11-25 10:00:00' "
+                      "AS TIMESTAMP_NTZ) AS b")
+    write_result(mixed, tmp_path / "mixed", rows_estimate=1)
+    for k in ("big", "unknown", "mixed"):
+        assert "parquet-mr" in _writer(tmp_path / k), k
+    assert spark.read.parquet(str(tmp_path / "mixed")).schema.simpleString() == "struct<a:timestamp,b:timestamp_ntz>"
+
+
+def test_the_merge_rows_estimate_bounds_a_fused_tails_result_and_picks_the_writer(
+        spark, units, tpch_dir, tmp_path, monkeypatch):
+    """The estimate is the written partials' rows plus the tail's input rows at the written
+    batches' largest ratio of partial to input rows; unknown tail rows give None. The
+    fused tail's small result is collected; with the bound below it, Spark writes it; the
+    rows are DuckDB's either way."""
+    from airflow_iqp.spark import steps
+    from airflow_iqp.spark.merge import merge_rows_estimate
+    from airflow_iqp.spark.tail import execute_tail
+
+    qid, static = "q10", str(tpch_dir / "static")
+    query = get_query(qid)
+    ws = open_store(tmp_path).window(qid, "w")
+    for b, chunk in enumerate(split_consecutive(units, 3)):
+        ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
+    metrics = [execute_batch(spark, batch_work(ws, b, static), backend=BACKEND) for b in (0, 1)]
+    paths = [ws.partial_uri(b) for b in (0, 1)]
+    written = sum(m["rows_out"] for m in metrics)
+    ratio = max(m["rows_out"] / m["rows_in"] for m in metrics)
+    assert written > 0 and merge_rows_estimate(ws, paths) == written
+    assert merge_rows_estimate(ws, paths, 1000, tail=True) == written + round(1000 * ratio)
+    assert merge_rows_estimate(ws, [], 1000, tail=True) == 1000  # nothing written: the input rows
+    assert merge_rows_estimate(ws, paths, None, tail=True) is None  # remote files: not inspected
+    _cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
+    execute_tail(spark, ws, 2, static, backend=BACKEND)
+    assert "parquet-cpp" in _writer(Path(ws.result_uri))
+    assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="q10 collected")
+    monkeypatch.setattr(steps, "COLLECT_MAX_ROWS", written - 1)
+    execute_tail(spark, ws, 2, static, backend=BACKEND)
+    assert "parquet-mr" in _writer(Path(ws.result_uri))
+    assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="q10 written by Spark")
+
+
+def test_a_fused_tail_rehearses_before_the_windows_end_and_leaves_no_trace(spark, units, tpch_dir, tmp_path):
+    """``rehearse_tail`` runs the tail's plan on a claimed unit with the written partials
+    while the window's end is far enough, and writes nothing in the window's state: no
+    claim, partial, result or cost history. Too near the end, or with nothing claimed,
+    it does not run."""
+    import time
+
+    from airflow_iqp.spark.tail import REHEARSAL_ROOM, read_written, rehearse_tail
+    from tests.support.batches import make_batch
+
+    qid, static = "cq3", str(tpch_dir / "static")
+    query = get_query(qid)
+    ws = open_store(tmp_path).window(qid, "w")
+    tail = make_batch(query=qid, window_id="w", index=3, of=3, state_dir=str(tmp_path), static=static,
+                      ready_ts=time.time() + 600, cost=0.5, remaining_cost=1.0, cost_scale=2.0, label="batch 3/3")
+    assert rehearse_tail(spark, ws, tail) is None  # nothing claimed yet
+    for b, chunk in enumerate(split_consecutive(units, 3)[:2], start=1):
+        ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
+        execute_batch(spark, batch_work(ws, b, static), backend=BACKEND)
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    history = ws.store.cost_history(query=qid)
+    seconds = rehearse_tail(spark, ws, tail, slots=1, written=read_written(spark, ws))
+    assert seconds is not None and seconds > 0
+    assert sorted(str(p) for p in tmp_path.rglob("*") if "_turns" not in p.parts) == \
+        [p for p in before if "_turns" not in p]
+    assert ws.store.cost_history(query=qid) == history and ws.manifest() is None
+    assert not os.path.exists(ws.result_uri)
+    near = tail.with_(ready_ts=time.time() + REHEARSAL_ROOM * 1.0 / 2.0 - 0.1)  # expected: 1.0 / cost_scale
+    assert rehearse_tail(spark, ws, near) is None
