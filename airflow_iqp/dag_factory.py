@@ -139,10 +139,12 @@ def iqp_dag(*, sql: str | None = None, name: str | None = None, query: str | Que
                + (f"\n\n```sql\n{q.sql.strip()}\n```" if q.sql else ""),
         **dag_kwargs,
     ) as dag:
+        # A retried plan task plans its window again, and stores that plan in place of its own.
         plan = BatchPlanOperator(
             task_id="plan", query=q, landing=landing, static=static, state_dir=state_dir,
             streams=[st.to_dict() for st in stream_list] if stream_list else None,
-            arrival=arrival, cut=cut, backend=backend, on_deadline_risk=alerts.on_risk)
+            arrival=arrival, cut=cut, backend=backend, on_deadline_risk=alerts.on_risk,
+            retries=backend.retries, retry_delay=dt.timedelta(seconds=5))
         spark = {**backend.task_kwargs(), "backend": backend, "retry_delay": dt.timedelta(seconds=5)}
         # Where every batch takes a turn on the cluster, the mapped ones do too; a batch that
         # would hold its turn through its JVM's start leaves the turns to fused tails.

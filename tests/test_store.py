@@ -138,3 +138,14 @@ def test_atomic_writes_leave_no_temp_and_replace_dirs(tmp_path):
         replace_dir(tmp, final)
     assert (final / "part-0.parquet").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "partial"]
+
+
+def test_a_streams_columns_keep_the_files_order_and_the_first_record_holds(tmp_path):
+    """A CSV file's columns are read by position: the record keeps them in the files' order."""
+    record = open_store(tmp_path / "state").query("clicks")
+    first = {"columns": {"ts": "TIMESTAMP", "user_id": "BIGINT", "page": "STRING", "country": "STRING"},
+             "taken_from": "/landing/a.csv"}
+    assert list(dict(record.record_columns("clicks", first)["columns"])) == ["ts", "user_id", "page", "country"]
+    later = record.record_columns("clicks", {"columns": {"a": "INT"}, "taken_from": "/landing/b.csv"})
+    assert list(dict(later["columns"])) == ["ts", "user_id", "page", "country"]
+    assert list(dict(record.columns("clicks")["columns"])) == ["ts", "user_id", "page", "country"]

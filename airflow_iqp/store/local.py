@@ -55,7 +55,7 @@ class LocalStore(StateStore):
         fd, tmp = private_temp(path.parent, f".{path.name}.")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(doc, fh, indent=2, sort_keys=True)
+                json.dump(doc, fh, indent=2)  # in the order given: a stream's columns are in file order
                 fh.flush()
                 os.fsync(fh.fileno())
             # Linked into place whole: the first writer wins, and no reader sees it half written.

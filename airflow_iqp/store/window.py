@@ -38,12 +38,16 @@ class QueryState:
         return self.store.uri(key)
 
     def columns(self, stream: str) -> dict | None:
-        """A stream's columns as recorded from its first readable unit: ``{"columns", "taken_from"}``."""
+        """A stream's columns as recorded from its first readable unit: ``{"columns": [[name,
+        type], ...] in the files' order, "taken_from"}``."""
         return self.store.get(self._key("schema", f"{check_name(stream, 'stream')}.json"))
 
     def record_columns(self, stream: str, doc: dict) -> dict:
-        """Record a stream's columns unless a batch recorded them first; the record that holds."""
+        """Record a stream's columns unless a batch recorded them first; the record that holds.
+        The columns are kept as a list of pairs: their order is the files' (a CSV file's
+        columns are read by position), which no store's handling of a mapping may change."""
         key = self._key("schema", f"{check_name(stream, 'stream')}.json")
+        doc = {**doc, "columns": [list(c) for c in dict(doc["columns"]).items()]}
         return doc if self.store.create(key, doc) else self.store.get(key)
 
     def record_deadline_missed(self, run_id: str, record: dict) -> str:

@@ -14,13 +14,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from airflow_iqp.dag_factory import iqp_dag
-from airflow_iqp.options import (
-    Algorithm1,
-    Arrival,
-    MinBatches,
-    SparkConnect,
-    SparkSubmit,
-)
+from airflow_iqp.backends import SparkConnect, SparkSubmit
+from airflow_iqp.options import Algorithm1, Arrival, MinBatches
 from airflow_iqp.streams import Stream
 
 _SPEC_FILE = Path(os.environ.get("IQP_FAULTS") or "/nonexistent")
