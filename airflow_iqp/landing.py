@@ -39,7 +39,7 @@ from typing import Mapping, NamedTuple, Sequence
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.paths import check_name, is_local, local_path
-from airflow_iqp.streams import STRFTIME_FIELD, TPCH, Stream, Unit, is_hidden
+from airflow_iqp.streams import STRFTIME_FIELD, Stream, Unit, is_hidden
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +228,7 @@ def _partition_dirs(root: str, stream: Stream) -> list[tuple[str, str]]:
     return [(rel, str(root).rstrip("/") + sep + rel.replace("/", sep)) for rel in rels]
 
 
-def list_units(landing: str | os.PathLike, streams: Sequence[Stream] = TPCH, now: float | None = None) -> list[Unit]:
+def list_units(landing: str | os.PathLike, streams: Sequence[Stream], now: float | None = None) -> list[Unit]:
     """The complete units of a stream's landing place, in arrival order.
 
     Directory units are complete when every stream has its file (or files matching its

@@ -214,7 +214,7 @@ def is_hidden(name: str) -> bool:
     return name.startswith((".", "_")) or name.endswith(".crc")
 
 
-def files_of(units: Iterable, streams: Sequence[Stream] = TPCH) -> list[str]:
+def files_of(units: Iterable, streams: Sequence[Stream]) -> list[str]:
     """The files of the given units for the given streams, unit by unit in stream order
     (a :class:`Unit` knows them; a plain path is read as a TPC-H unit directory or a file)."""
     out = []
@@ -228,7 +228,7 @@ def files_of(units: Iterable, streams: Sequence[Stream] = TPCH) -> list[str]:
     return out
 
 
-def stream_of(path: str, streams: Sequence[Stream] = TPCH) -> Stream:
+def stream_of(path: str, streams: Sequence[Stream]) -> Stream:
     """The stream a unit file belongs to: its name's stem in a directory unit, else the one stream."""
     if streams[0].unit != "dir" and len(streams) == 1:
         return streams[0]

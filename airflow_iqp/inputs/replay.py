@@ -10,6 +10,7 @@ from typing import Callable
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.landing import list_units
+from airflow_iqp.streams import TPCH
 
 
 def source_units(source: str | os.PathLike) -> list[Path]:
@@ -17,7 +18,7 @@ def source_units(source: str | os.PathLike) -> list[Path]:
     source = Path(source)
     if not source.is_dir():
         raise ConfigError(f"{source} is not a directory", field="from")
-    units = list_units(source / "units" if (source / "units").is_dir() else source)
+    units = list_units(source / "units" if (source / "units").is_dir() else source, TPCH)
     if not units:
         raise ConfigError(f"{source} holds no complete units (expected units/<i>/orders.parquet and lineitem.parquet)",
                           field="from")

@@ -15,7 +15,7 @@ from typing import Any
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.paths import check_name
 from airflow_iqp.store import WindowState, open_store
-from airflow_iqp.streams import TPCH, Stream
+from airflow_iqp.streams import Stream, as_streams
 
 _NUMBER = (int, float)
 
@@ -70,8 +70,8 @@ class Batch:
         return open_store(self.state_dir).window(self.query, self.window_id)
 
     def stream_list(self) -> tuple[Stream, ...]:
-        """The streams the batch reads (the TPC-H layout by default)."""
-        return tuple(Stream.from_dict(s) for s in self.streams) if self.streams else TPCH
+        """The streams the batch reads (:func:`~airflow_iqp.streams.as_streams` of its own)."""
+        return as_streams(self.streams)
 
     def with_(self, **changes) -> "Batch":
         return dataclasses.replace(self, **changes)

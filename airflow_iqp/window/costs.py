@@ -14,7 +14,7 @@ from airflow_iqp.planning.models import (
 )
 from airflow_iqp.landing import list_units
 from airflow_iqp.store import open_store
-from airflow_iqp.streams import TPCH, Stream
+from airflow_iqp.streams import Stream, as_streams
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig
 
@@ -210,5 +210,5 @@ def _through(model, samples: list[tuple[int, float]]):
 
 
 def streams_of(cfg: QueryConfig) -> tuple[Stream, ...]:
-    """The query's streams (the TPC-H layout by default)."""
-    return tuple(Stream.from_dict(s) for s in cfg.streams) if cfg.streams else TPCH
+    """The query's streams (:func:`~airflow_iqp.streams.as_streams` of its settings')."""
+    return as_streams(cfg.streams)
