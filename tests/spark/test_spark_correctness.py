@@ -15,7 +15,7 @@ from airflow_iqp.spark.window import split_consecutive
 
 pytestmark = pytest.mark.spark
 
-QUERIES = ["cq1", "cq2", "cq3", "cq4", "q1", "q3", "q4", "q6", "q9", "q10", "q12", "q14", "q19"]
+QUERIES = ["cq1", "cq2", "cq3", "cq4", "q1", "q3", "q4", "q6", "q9", "q10", "q12", "q14", "q15", "q18", "q19"]
 
 
 def test_catalogue_covers_the_issue_queries():

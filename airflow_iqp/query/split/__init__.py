@@ -61,7 +61,7 @@ import sqlglot.expressions as exp
 
 from airflow_iqp.query.model import Aggregation, Query
 from airflow_iqp.query.split._combine import combine
-from airflow_iqp.query.split._common import ONE_BATCH, QueryRefused, to_sql
+from airflow_iqp.query.split._common import ONE_BATCH, QueryRefused
 from airflow_iqp.query.split._find import find_aggregations, lift_key_filters
 from airflow_iqp.query.split._naming import final_columns, output_name
 from airflow_iqp.query.split._refuse import check_columns, check_tables, refuse_nondeterminism
@@ -120,27 +120,31 @@ def _split_all(work: exp.Expression, aggs: list[exp.Select], tables: Sequence[st
                streams: set[str]):
     """Each aggregation split (the same one, read twice, once: a CTE's), innermost first,
     each replaced in ``work`` by its finish; then the batch's one job and the final step."""
-    texts = [to_sql(a) for a in aggs]  # before any is replaced by its finish
     position = {id(n): i for i, n in enumerate(work.dfs())}  # numbered in the order the query reads them
-    distinct = list(dict.fromkeys(t for _, t in sorted(zip((position[id(a)] for a in aggs), texts))))
+    distinct = list(dict.fromkeys(a for a in sorted(aggs, key=lambda a: position[id(a)])))  # equal trees: one
+    keys = {id(a): distinct.index(a) for a in aggs}  # before any is replaced by its finish
     several = len(distinct) > 1
     parts, root = {}, work
-    for agg, text in zip(aggs, texts):
-        part, finish = split_aggregation(agg, distinct.index(text), several)
-        parts.setdefault(text, part)
+    for agg in aggs:
+        index = keys[id(agg)]
+        part, finish = split_aggregation(agg, index, several)
+        parts.setdefault(index, part)
         if agg is root:
             root = finish
         else:
             agg.replace(finish)
-    ordered = [parts[t] for t in distinct]
+    ordered = [parts[i] for i in range(len(distinct))]
     partial_sql, scans = combine(ordered, tables)
-    finish_sql = re.sub(rf"\b{MERGED_MARK}(\d*)\b", lambda m: "{merged" + m[1] + "}", placeholders(root, static))
-    aggregations = ()
-    if several:
-        aggregations = tuple(Aggregation(placeholders(p.select(), tables), _streams_of(p.select(), streams), scan)
-                             for p, scan in zip(ordered, scans))
+    final_static = read_above(root, static)
+    finish_sql = re.sub(rf"\b{MERGED_MARK}(\d*)\b", lambda m: "{merged" + m[1] + "}",
+                        placeholders(root, static, copy=False))
+    aggregations = []
+    for part, scan in zip(ordered, scans) if several else ():
+        select = part.select()
+        read = _streams_of(select, streams)
+        aggregations.append(Aggregation(placeholders(select, tables, copy=False), read, scan))
     merges = tuple(p.merge_sql for p in ordered) if several else ordered[0].merge_sql
-    return partial_sql, merges, finish_sql, read_above(root, static), aggregations
+    return partial_sql, merges, finish_sql, final_static, tuple(aggregations)
 
 
 def _streams_of(select: exp.Select, streams: set[str]) -> tuple[str, ...]:

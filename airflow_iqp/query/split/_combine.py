@@ -28,7 +28,7 @@ TAG = "_agg"
 def combine(parts: list[Part], tables: Sequence[str]) -> tuple[str, list[int]]:
     """(the batch's SQL, the scan of the batch's rows each part reads: parts of one scan share it)."""
     if len(parts) == 1:
-        return placeholders(parts[0].select(), tables), [0]
+        return placeholders(parts[0].select(), tables, copy=False), [0]
     groups: dict[str, list[Part]] = {}
     for p in parts:
         groups.setdefault(p.source if p.fusable else f"\0{p.index}", []).append(p)
@@ -41,7 +41,7 @@ def combine(parts: list[Part], tables: Sequence[str]) -> tuple[str, list[int]]:
     union = branches[0]
     for branch in branches[1:]:
         union = exp.union(union, branch, distinct=False)
-    return placeholders(union, tables), [scan[p.index] for p in parts]
+    return placeholders(union, tables, copy=False), [scan[p.index] for p in parts]
 
 
 def _tagged(part: Part) -> exp.Select:

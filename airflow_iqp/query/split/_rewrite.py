@@ -3,7 +3,6 @@ states, and the expressions above the aggregation over the merged columns."""
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -64,25 +63,24 @@ class Split:
     states: list[tuple[str, exp.Expression]] = field(default_factory=list)  # partial state columns
     merges: list[tuple[str, str]] = field(default_factory=list)   # (merged column, merge SQL)
     windows: list[tuple[str, str]] = field(default_factory=list)  # (column, window SQL) before the merge
-    seen: dict[str, str] = field(default_factory=dict)            # aggregate SQL -> merged column
-    counter: itertools.count = field(default_factory=itertools.count)
+    seen: dict[exp.Expression, str] = field(default_factory=dict)  # aggregate call -> merged column
+    _key_texts: list[str] | None = field(default=None, repr=False)
+    _state_names: dict[exp.Expression, str] = field(default_factory=dict, repr=False)  # state -> its column
 
     def key_index(self, node: exp.Expression) -> int | None:
+        if not any(type(node) is type(k) for k in self.keys):  # most nodes: no key is of their kind
+            return None
+        if self._key_texts is None:
+            self._key_texts = [norm(k) for k in self.keys]
         text = norm(node)
-        for i, k in enumerate(self.keys):
-            if norm(k) == text:
-                return i
-        return None
+        return next((i for i, k in enumerate(self._key_texts) if k == text), None)
 
     def state(self, expression: exp.Expression) -> str:
         """The partial column computing ``expression``: one column per distinct state."""
-        text = to_sql(expression)
-        for name, e in self.states:
-            if to_sql(e) == text:
-                return name
-        name = f"{self.prefix}_s{len(self.states)}"
-        self.states.append((name, expression))
-        return name
+        if expression not in self._state_names:  # sqlglot's trees are equal when their structures are
+            self._state_names[expression] = f"{self.prefix}_s{len(self.states)}"
+            self.states.append((self._state_names[expression], expression))
+        return self._state_names[expression]
 
     def distinct_key(self, expression: exp.Expression) -> str:
         text = norm(expression)
@@ -121,7 +119,7 @@ def _with_filter(agg: exp.Expression, cond: exp.Expression | None) -> exp.Expres
 
 def split_aggregate(node: exp.Expression, split: Split) -> str:
     """The merged column of one aggregate call (with its FILTER), registering its states."""
-    key = to_sql(node)
+    key = node  # equal calls (by structure) merge once
     if key in split.seen:
         return split.seen[key]
     cond = None

@@ -58,9 +58,10 @@ class Part:
         return out
 
 
-def placeholders(tree: exp.Expression, tables: Sequence[str]) -> str:
-    """SQL text with each table read as a ``{name}`` DataFrame reference (``spark.sql`` kwargs)."""
-    tree = tree.copy()
+def placeholders(tree: exp.Expression, tables: Sequence[str], copy: bool = True) -> str:
+    """SQL text with each table read as a ``{name}`` DataFrame reference (``spark.sql`` kwargs);
+    ``copy=False`` marks the tables in ``tree`` itself (a tree built for this text only)."""
+    tree = tree.copy() if copy else tree
     marks = {}
     for table in list(tree.find_all(exp.Table)):
         name = table.name.lower()
@@ -70,7 +71,7 @@ def placeholders(tree: exp.Expression, tables: Sequence[str]) -> str:
             alias = table.alias or table.name
             table.replace(exp.Table(this=exp.to_identifier(mark),
                                     alias=exp.TableAlias(this=exp.to_identifier(alias))))
-    text = to_sql(tree).replace("{", "{{").replace("}", "}}")
+    text = to_sql(tree, copy=False).replace("{", "{{").replace("}", "}}")
     for mark, name in marks.items():
         text = text.replace(mark, "{" + name + "}")
     return text
