@@ -25,7 +25,8 @@ def test_scalar_subqueries_are_aggregations_of_their_own_sharing_one_scan():
     q = split("SELECT (SELECT count(*) FROM events WHERE x > 1) AS a, (SELECT avg(v) FROM events WHERE k = 'y') AS b")
     assert len(q.merges) == 2 and [a.scan for a in q.aggregations] == [0, 0]
     assert q.aggregations[0].partial_sql == "SELECT COUNT(*) AS _0_s0 FROM {events} AS events WHERE x > 1"
-    assert q.partial_sql.count("FROM {events}") == 1 and "LATERAL VIEW EXPLODE(ARRAY(0, 1)) _iqp AS _agg" in q.partial_sql
+    assert q.partial_sql.count("FROM {events}") == 1
+    assert "LATERAL VIEW EXPLODE(ARRAY(0, 1)) _iqp AS _agg" in q.partial_sql
     assert "WHERE (_agg = 0 AND x > 1) OR (_agg = 1 AND k = 'y')" in q.partial_sql
     assert "COUNT(*) FILTER(WHERE _agg = 0) AS _0_s0" in q.partial_sql
     assert q.merges[1].endswith("FROM {partials} WHERE _agg = 1")
@@ -95,7 +96,8 @@ def test_cube_grouping_sets_and_mixed_groupings_are_listed_as_sets_with_distinct
 def test_an_aggregate_over_an_aggregate_runs_over_the_merged_rows():
     q = split("SELECT store, avg(s) AS a FROM (SELECT store, item, sum(x) AS s FROM events GROUP BY store, item) t "
               "GROUP BY store")
-    assert q.partial_sql == "SELECT store AS _k0, item AS _k1, SUM(x) AS _s0 FROM {events} AS events GROUP BY store, item"
+    assert q.partial_sql == ("SELECT store AS _k0, item AS _k1, SUM(x) AS _s0 FROM {events} AS events "
+                             "GROUP BY store, item")
     assert q.finish_sql == ("SELECT store, AVG(s) AS a FROM (SELECT _k0 AS `store`, _k1 AS `item`, _a0 AS `s` "
                             "FROM {merged}) AS t GROUP BY store")
 
@@ -121,3 +123,27 @@ def test_a_saved_query_of_several_aggregations_round_trips_through_json():
     d = q.to_dict()
     assert isinstance(d["merge_sql"], list) and d["aggregations"][1]["streams"] == ["clicks"]
     assert Query.from_dict(d) == q and q.merged_names == ("merged0", "merged1")
+
+
+def test_explain_shows_each_aggregation_the_scans_they_share_and_the_final_step(tmp_path, capsys):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from airflow_iqp.cli.main import main
+
+    (tmp_path / "events").mkdir()
+    pq.write_table(pa.table({"k": ["a", "b"], "x": [1, 2]}), tmp_path / "events" / "0.parquet")
+    pq.write_table(pa.table({"k": ["a"], "w": [1.5]}), tmp_path / "users.parquet")
+    sql = ("WITH a AS (SELECT k, count(*) AS n FROM events GROUP BY k), b AS (SELECT e.k, sum(x) AS s FROM events e "
+           "JOIN users u ON e.k = u.k GROUP BY e.k) SELECT a.k, a.n, b.s, (SELECT max(x) FROM events) AS top "
+           "FROM a LEFT JOIN b ON a.k = b.k")
+    code = main(["explain", "--sql", sql, "--stream", f"events={tmp_path / 'events'}",
+                 "--static", f"users={tmp_path / 'users.parquet'}"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "3 aggregations, each batch's in one job; scans of the batch's rows:" in out
+    assert "  aggregations 0, 1 share one scan of events\n  aggregation 2 reads events in a scan of its own" in out
+    assert "aggregation 2, over events:\n  per batch: SELECT e.k AS _2_k0, SUM(x) AS _2_s0 FROM {events} AS e" in out
+    assert "  partial columns: _2_k0 string, _2_s0 bigint\n  merge into {merged2}: " in out
+    assert "final, result (over {merged0}, {merged1} and {merged2}):" in out
+    assert "columns: k string, n bigint, s bigint, top bigint" in out

@@ -34,7 +34,8 @@ KINDS = {
         "ELSE (SELECT max(qty) FROM events) END AS c"),
     "aggregated CTEs joined to each other": (
         "WITH fr AS (SELECT user_id, count(*) AS n FROM events WHERE country = 'fr' GROUP BY user_id), "
-        "de AS (SELECT user_id, sum(amount) AS s, var_samp(qty) AS v FROM events WHERE country = 'de' GROUP BY user_id) "
+        "de AS (SELECT user_id, sum(amount) AS s, var_samp(qty) AS v FROM events WHERE country = 'de' "
+        "GROUP BY user_id) "
         "SELECT coalesce(fr.user_id, de.user_id) AS user_id, fr.n, de.s, de.v FROM fr FULL JOIN de "
         "ON fr.user_id = de.user_id ORDER BY user_id ASC NULLS FIRST, fr.n ASC NULLS FIRST, de.s ASC NULLS FIRST"),
     "promotions against the total": (

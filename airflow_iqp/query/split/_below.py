@@ -85,7 +85,8 @@ def _stream_rows(select: exp.Expression, streams: set[str], top: bool = False) -
         branches = [_stream_rows(select.this, streams), _stream_rows(select.expression, streams)]
         if any(branches) and not all(branches):
             raise QueryRefused(f"a set operation below the aggregation adds rows of static tables to the stream's "
-                               f"({short(select)}): every batch would add them again; {SINGLE}")
+                               f"({short(select)}): every batch would add them again; aggregate each part in its "
+                               f"own subquery, {SINGLE}")
         return all(branches)
     if not isinstance(select, exp.Select):
         return False
@@ -100,9 +101,9 @@ def _stream_rows(select: exp.Expression, streams: set[str], top: bool = False) -
         kept = {"LEFT": not left and right, "RIGHT": left and not right, "FULL": left != right}.get(join.side)
         if kept:
             static = join.this if not right else found[0]
-            raise QueryRefused(f"an outer join below the aggregation keeps the rows of static table {short(static)} that "
-                               f"match no stream row ({join.side} JOIN {short(join.this)}): every batch would keep "
-                               f"them again; join the static table to the stream's side, {SINGLE}")
+            raise QueryRefused(f"an outer join below the aggregation keeps the rows of static table {short(static)} "
+                               f"that match no stream row ({join.side} JOIN {short(join.this)}): every batch would "
+                               f"keep them again; join the static table to the stream's side, {SINGLE}")
         left = left or right
     return left
 

@@ -224,7 +224,7 @@ def _subquery_above(node: exp.Expression, split: Split) -> exp.Expression:
     raw = next((c for c in node.find_all(exp.Column) if c.table and c.table.lower() in split.raw), None)
     if raw is not None:
         raise QueryRefused(f"subquery {short(node)} above the aggregation refers to {to_sql(raw)}, a column of the "
-                           f"rows being aggregated: the final step has only the merged groups; {SINGLE}")
+                           f"rows being aggregated: the final step has only the merged groups, {SINGLE}")
     return node.copy()
 
 
