@@ -103,3 +103,34 @@ def test_a_batch_writes_one_partial_whose_rows_say_their_aggregation(spark, even
     partial = spark.read.parquet(str(tmp_path / "k2" / "batch-0000"))
     assert partial.columns == ["_agg", "_0_k0", "_0_s0", "_1_k0", "_1_s0"]
     assert sorted(r[0] for r in partial.select("_agg").distinct().collect()) == [0, 1]
+
+
+def test_the_window_jobs_run_a_query_of_several_aggregations_with_a_fused_tail(spark, events_dir, tmp_path):
+    """The batch jobs write one partial each, the fused tail merges the last batch's unwritten
+    partial with them (spark/batch.py, spark/tail.py, spark/merge.py, unchanged)."""
+    import pyarrow.parquet as pq
+
+    from tests.events import duckdb_events
+    from tests.reference import assert_same_rows
+
+    from airflow_iqp.landing import list_units
+    from airflow_iqp.query.store import save_query
+    from airflow_iqp.spark.batch import batch_work, execute_batch
+    from airflow_iqp.spark.tail import execute_tail
+    from airflow_iqp.spark.window import split_consecutive
+    from airflow_iqp.store import open_store
+    from airflow_iqp.streams import files_of
+
+    sql = KINDS["aggregations of two FROM clauses and a static join above"]
+    saved = _saved(decompose(sql, id="dag", streams=["events"], static=["users", "categories"]), events_dir)
+    save_query(tmp_path, saved)
+    ws = open_store(tmp_path).window("dag", "w0")
+    chunks = split_consecutive(list_units(events_dir / "events", saved.streams), 3)
+    for b, chunk in enumerate(chunks):
+        ws.claim(b, [u.name for u in chunk], files_of(chunk, saved.streams))
+        if b < len(chunks) - 1:
+            execute_batch(spark, batch_work(ws, b), backend="test", history=False)
+    manifest = execute_tail(spark, ws, len(chunks) - 1, None, backend="test", history=False)
+    assert manifest["batches"] == [0, 1, 2] and not ws.has_partial(2)
+    got = [tuple(r.values()) for r in pq.read_table(ws.result_uri).to_pylist()]
+    assert_same_rows(got, duckdb_events(sql, events_dir)[1], ordered=False, label="fused tail")
