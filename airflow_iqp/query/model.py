@@ -7,7 +7,12 @@ final=fn)``). Either way the Spark side calls the same two methods:
 * :meth:`Query.compute_partial` ``(spark, tables)``: one batch's partial state, from the
   batch's stream DataFrames and the static tables;
 * :meth:`Query.compute_final` ``(spark, partials, static)``: the window's result, from the
-  union of every partial and the static tables joined above the aggregation.
+  union of every partial and the static tables joined above the aggregations.
+
+A SQL query may aggregate its streams several times (subqueries, CTEs joined to each
+other): each aggregation has its own merge, and one batch's partial holds every
+aggregation's rows in one table, told apart by its ``_agg`` column
+(:mod:`airflow_iqp.query.split._combine`).
 
 Pure Python: no Airflow and no Spark import (a ``spark`` session is passed in).
 A SQL query travels as plain JSON (:meth:`to_dict`); a function query as a cloudpickle
@@ -30,6 +35,8 @@ TYPE_OF = "__type_of__{}__"
 AVG_TYPE_OF = "__avg_type_of__{}__"
 _TYPE_MARK = re.compile(r"__(type_of|avg_type_of)__(\w+?)__")
 _ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+#: The final step's names for the merged rows: ``merged``, or ``merged0``, ``merged1``, ...
+_MERGED = re.compile(r"merged\d*")
 
 
 def check_query_id(qid: str) -> str:
@@ -91,6 +98,20 @@ def lazy_sql(spark, text: str, **frames):
 
 
 @dataclass(frozen=True)
+class Aggregation:
+    """One of several aggregations of a SQL query, as ``explain`` shows it: its own
+    per-batch step (its rows of the batch's partial), the streams it reads, and the scan of
+    the batch's rows it shares with the other aggregations of the same scan number."""
+
+    partial_sql: str
+    streams: tuple[str, ...]
+    scan: int = 0
+
+    def to_dict(self) -> dict:
+        return {"partial_sql": self.partial_sql, "streams": list(self.streams), "scan": self.scan}
+
+
+@dataclass(frozen=True)
 class Query:
     """One recurring query.
 
@@ -101,6 +122,10 @@ class Query:
     everything above the aggregation over ``{merged}`` and the static tables joined above
     it, ``final_static`` (a subset of ``static``). ``columns`` are the result's columns, in
     order; ``ordered`` says the result's row order is defined (ORDER BY).
+
+    A query of several aggregations has one ``merge_sql`` per aggregation (a tuple), the
+    ``i``-th one's merged rows are ``{merged<i>}`` in ``finish_sql``, and ``aggregations``
+    says what each one computes per batch.
     """
 
     id: str
@@ -110,26 +135,30 @@ class Query:
     final: Callable | None = field(default=None, compare=False)
     sql: str | None = None
     partial_sql: str | None = None
-    merge_sql: str | None = None
+    merge_sql: str | tuple[str, ...] | None = None
     finish_sql: str | None = None
     columns: tuple[str, ...] = ()
     ordered: bool = False
     title: str = ""
     single_batch: bool = False  #: a query that cannot be split, run as one batch after the window's end
     final_static: tuple[str, ...] = ()  #: the static tables the final step reads (joined above the aggregation)
+    aggregations: tuple[Aggregation, ...] = ()  #: with several aggregations, each one's per-batch step
 
     def __post_init__(self) -> None:
         check_query_id(self.id)
         object.__setattr__(self, "streams", tuple(self.streams))
         object.__setattr__(self, "static", tuple(self.static))
         object.__setattr__(self, "final_static", tuple(self.final_static))
+        object.__setattr__(self, "aggregations", tuple(self.aggregations))
+        if isinstance(self.merge_sql, list):
+            object.__setattr__(self, "merge_sql", tuple(self.merge_sql))
         unknown = [t for t in self.final_static if t not in self.static]
         if unknown:
             raise ConfigError(f"query {self.id}: the final step reads {', '.join(unknown)}, which is not one of its "
                               f"static tables", field="static")
-        if "merged" in self.final_static:  # the final step's name for the merged rows
-            raise ConfigError(f"query {self.id}: a static table joined above the aggregation cannot be named merged; "
-                              f"rename it", field="static")
+        if any(_MERGED.fullmatch(t) for t in self.final_static):  # the final step's names for the merged rows
+            raise ConfigError(f"query {self.id}: a static table joined above the aggregation cannot be named merged "
+                              f"(nor merged<N>); rename it", field="static")
         for kind in ("streams", "static"):  # names of views, of schema records and of static/<table>.parquet
             for name in getattr(self, kind):
                 check_name(name, kind)
@@ -148,6 +177,19 @@ class Query:
     @property
     def tables(self) -> tuple[str, ...]:
         return self.streams + self.static
+
+    @property
+    def merges(self) -> tuple[str, ...]:
+        """Each aggregation's merge, over ``{partials}``."""
+        if self.merge_sql is None:
+            return ()
+        return (self.merge_sql,) if isinstance(self.merge_sql, str) else tuple(self.merge_sql)
+
+    @property
+    def merged_names(self) -> tuple[str, ...]:
+        """The final step's name for each merge's rows, ``{merged}`` or ``{merged<i>}``."""
+        n = len(self.merges)
+        return ("merged",) if n == 1 else tuple(f"merged{i}" for i in range(n))
 
     @property
     def kind(self) -> str:
@@ -177,12 +219,15 @@ class Query:
         if missing:
             raise ConfigError(f"query {self.id}: no DataFrame for static table(s) {', '.join(missing)}, joined "
                               f"above the aggregation", field="static")
-        merge = self.merge_sql
-        if _TYPE_MARK.search(merge):
-            fields = (schema or partials.schema).fields
-            merge = resolve_types(merge, {f.name: f.dataType.simpleString() for f in fields})
-        merged = lazy_sql(spark, merge, partials=partials)
-        return lazy_sql(spark, self.finish_sql, merged=merged, **{t: static[t] for t in self.final_static})
+        types = None
+        merged = {}
+        for name, merge in zip(self.merged_names, self.merges):
+            if _TYPE_MARK.search(merge):
+                if types is None:
+                    types = {f.name: f.dataType.simpleString() for f in (schema or partials.schema).fields}
+                merge = resolve_types(merge, types)
+            merged[name] = lazy_sql(spark, merge, partials=partials)
+        return lazy_sql(spark, self.finish_sql, **merged, **{t: static[t] for t in self.final_static})
 
     # ----------------------------------------------------------------- JSON
 
@@ -191,8 +236,10 @@ class Query:
                "static": list(self.static), "columns": list(self.columns), "ordered": self.ordered,
                "single_batch": self.single_batch, "final_static": list(self.final_static)}
         if self.kind == "sql":
-            out |= {"sql": self.sql, "partial_sql": self.partial_sql, "merge_sql": self.merge_sql,
-                    "finish_sql": self.finish_sql}
+            merge = self.merge_sql if isinstance(self.merge_sql, str) else list(self.merges)
+            out |= {"sql": self.sql, "partial_sql": self.partial_sql, "merge_sql": merge, "finish_sql": self.finish_sql}
+            if self.aggregations:
+                out["aggregations"] = [a.to_dict() for a in self.aggregations]
         else:
             from pyspark import cloudpickle  # at save time only: functions travel by value
 
@@ -206,8 +253,10 @@ class Query:
                       title=d.get("title", ""), single_batch=bool(d.get("single_batch")),
                       final_static=tuple(d.get("final_static", ())))
         if d.get("kind", "sql") == "sql":
+            aggs = tuple(Aggregation(a["partial_sql"], tuple(a["streams"]), int(a.get("scan", 0)))
+                         for a in d.get("aggregations", ()))
             return cls(**common, sql=d.get("sql"), partial_sql=d["partial_sql"], merge_sql=d["merge_sql"],
-                       finish_sql=d["finish_sql"])
+                       finish_sql=d["finish_sql"], aggregations=aggs)
         import pickle
 
         partial, final = pickle.loads(base64.b64decode(d["functions"]))

@@ -89,16 +89,17 @@ def read_statics(spark, query: Query, static, names: Sequence[str]) -> dict:
     return {t: read_static(spark, static, t) for t in names}
 
 
-def run_final(spark, query: Saved | Query | str, partials, also=None):
+def run_final(spark, query: Saved | Query | str, partials, also=None, static=None):
     """The final result, a DataFrame, from all partials of a window.
 
     ``partials`` is a list of partial parquet paths (or a DataFrame of their union);
     ``also``, a partial not written (a DataFrame from :func:`run_batch`), merged with them.
-    The static tables joined above the aggregation are read from the saved query's.
+    The static tables joined above the aggregations are read from ``static`` (as
+    :func:`run_batch` reads it; default: the saved query's).
     """
     saved = as_saved(query)
     query = saved.query
-    static = read_statics(spark, query, saved.static, query.final_static)
+    static = read_statics(spark, query, static if static is not None else saved.static, query.final_static)
     if not isinstance(partials, (list, tuple)):  # read ahead: its schema is known, and the tail's is the same
         return query.compute_final(spark, partials if also is None else partials.unionByName(also),
                                    schema=partials.schema, static=static)

@@ -46,23 +46,32 @@ QUERIES = [
     "FROM events GROUP BY k",
     "SELECT k, n FROM (SELECT k, count(*) AS n, sum(p) AS s FROM events WHERE p > 0.5 GROUP BY k) WHERE s > 10 "
     "ORDER BY n DESC LIMIT 3",
+    # Several aggregations in one partial (one scan, and a branch of its own), grouping sets.
+    "SELECT (SELECT sum(p) FROM events WHERE i > 0) AS a, (SELECT avg(p) FROM events) AS b, "
+    "(SELECT max(k) FROM events e JOIN events2 x ON e.i = x.i) AS c",
+    "SELECT k, sum(p) / (SELECT sum(p) FROM events) AS share, count(DISTINCT i) AS n FROM events GROUP BY k",
+    "SELECT k, dt, grouping(k) AS g, grouping_id(k, dt) AS gid, sum(p) AS s, var_pop(d) AS v, avg(i) AS a "
+    "FROM events GROUP BY CUBE (k, dt)",
+    "SELECT k, avg(s) AS a, max(n) AS m FROM (SELECT k, i, sum(p) AS s, count(*) AS n FROM events GROUP BY k, i) t "
+    "GROUP BY k",
 ]
 
 
 def spark_types(spark, query, schemas):
     frames = {t: spark.createDataFrame([], schema_ddl(schemas[t])) for t in query.tables}
     partials = query.compute_partial(spark, frames)
-    result = query.compute_final(spark, partials)
+    static = {t: frames[t] for t in query.final_static}
+    result = query.compute_final(spark, partials, static=static)
     simple = lambda df: {f.name: f.dataType.simpleString() for f in df.schema.fields}  # noqa: E731
-    merge = resolve_types(query.merge_sql, simple(partials))
-    assert spark.sql(merge, partials=partials).schema  # the merge resolves with these types
+    for merge in query.merges:
+        assert spark.sql(resolve_types(merge, simple(partials)), partials=partials).schema  # resolves with these
     return simple(partials), simple(result)
 
 
 @pytest.mark.parametrize("sql", QUERIES, ids=range(len(QUERIES)))
 def test_types_derived_from_the_schema_are_sparks(spark, sql):
-    schemas = {"events": EVENTS}
-    query = decompose(sql, id="t", streams=["events"], schemas=schemas)
+    schemas = {"events": EVENTS, "events2": {"i": "INT", "z": "STRING"}}
+    query = decompose(sql, id="t", streams=["events"], static=["events2"], schemas=schemas)
     partial, result = step_types(query, schemas)
     assert (partial, result) == spark_types(spark, query, schemas)
 

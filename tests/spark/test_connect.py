@@ -190,7 +190,8 @@ def _saved_window(spark, saved, events_dir, k, out) -> WindowState:
 
 
 def test_a_users_sql_and_pyspark_functions_run_on_the_connect_server(server, events_dir, tmp_path):
-    """The same split query and the same DataFrame functions as in-process, on Spark Connect."""
+    """The same split queries (one aggregation, and several) and the same DataFrame functions as
+    in-process, on Spark Connect."""
     from tests.support.events import duckdb_events
 
     from airflow_iqp.query import Query, decompose
@@ -218,6 +219,13 @@ def test_a_users_sql_and_pyspark_functions_run_on_the_connect_server(server, eve
         saved = Saved(decompose(sql, id="cats", streams=["events"], static=["categories"]), streams, static)
         got = _rows(_saved_window(spark, saved, events_dir, 3, tmp_path / "sql").result_uri)
         assert_same_rows(got, duckdb_events(sql, events_dir)[1], ordered=True, label="SQL on Connect")
+        dag = ("WITH fr AS (SELECT user_id, count(*) AS n FROM events WHERE country = 'fr' GROUP BY user_id) "
+               "SELECT c.cat_name, fr.n, (SELECT sum(amount) FROM events) AS total FROM fr "
+               "JOIN (SELECT e.user_id, max(c.cat_name) AS cat_name FROM events e JOIN categories c "
+               "ON e.cat_id = c.cat_id GROUP BY e.user_id) c ON c.user_id = fr.user_id")
+        several = Saved(decompose(dag, id="dag", streams=["events"], static=["categories"]), streams, static)
+        got = _rows(_saved_window(spark, several, events_dir, 3, tmp_path / "dag").result_uri)
+        assert_same_rows(got, duckdb_events(dag, events_dir)[1], ordered=False, label="aggregations on Connect")
         custom = Saved(Query(id="custom", streams=("events",), partial=partial, final=final), streams)
         got = _rows(_saved_window(spark, custom, events_dir, 2, tmp_path / "fn").result_uri)
         ref = duckdb_events("SELECT country, count(*) AS n, max(qty) AS q FROM events GROUP BY country", events_dir)[1]

@@ -15,7 +15,7 @@ from airflow_iqp.spark.window import split_consecutive
 
 pytestmark = pytest.mark.spark
 
-QUERIES = ["cq1", "cq2", "cq3", "cq4", "q1", "q3", "q4", "q6", "q9", "q10", "q12", "q14", "q19"]
+QUERIES = ["cq1", "cq2", "cq3", "cq4", "q1", "q3", "q4", "q6", "q9", "q10", "q12", "q14", "q15", "q18", "q19"]
 
 
 def test_catalogue_covers_the_issue_queries():
@@ -38,6 +38,6 @@ def test_batched_result_equals_duckdb(qid, spark, units, tpch_dir, references, t
         for b, chunk in enumerate(split_consecutive(units, k)):
             df = run_batch(spark, query, tpch_files(chunk), tpch_dir / "static")
             partials.append(str(write_atomic(df, tmp_path / f"k{k}" / f"batch-{b:04d}")))
-        result = run_final(spark, query, partials)
+        result = run_final(spark, query, partials, static=tpch_dir / "static")
         assert result.columns == list(query.columns) == ref_cols, qid
         assert_same_rows([tuple(r) for r in result.collect()], ref_rows, query.ordered, f"{qid} k={k}")

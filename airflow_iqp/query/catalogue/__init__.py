@@ -1,6 +1,8 @@
-"""The query catalogue: the paper's CQ1-CQ4 and TPC-H Q1, Q3, Q4, Q6, Q9, Q10, Q12, Q14 and
-Q19, each its standard query text (``<id>.sql`` beside this file, default substitution
-parameters), split by the same decomposer as a user's SQL.
+"""The query catalogue: the paper's CQ1-CQ4 and TPC-H Q1, Q3, Q4, Q6, Q9, Q10, Q12, Q14, Q15,
+Q18 and Q19, each its standard query text (``<id>.sql`` beside this file, default
+substitution parameters), split by the same decomposer as a user's SQL. Q15 reads its revenue
+view twice (a CTE: one aggregation, and the maximum of its merged rows in the final step);
+Q18 aggregates lineitem twice (each order's quantity, and the large orders' lines).
 
 They read the TPC-H streams ``orders`` and ``lineitem`` (one unit: an orders file and its
 lineitems, which arrive together) and the static tables.
@@ -32,6 +34,8 @@ TITLES = {
     "q10": "TPC-H Q10 returned item reporting",
     "q12": "TPC-H Q12 shipping modes and order priority",
     "q14": "TPC-H Q14 promotion effect",
+    "q15": "TPC-H Q15 top supplier",
+    "q18": "TPC-H Q18 large volume customer",
     "q19": "TPC-H Q19 discounted revenue",
 }
 

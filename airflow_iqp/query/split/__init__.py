@@ -1,14 +1,17 @@
-"""Split one aggregate SQL query into a per-batch step and a final step (sqlglot, Spark dialect).
+"""Split an aggregate SQL query into per-batch steps and a final step (sqlglot, Spark dialect).
 
-The per-batch step runs everything below the aggregation on one batch: the FROM clause
-(joins with static tables, subqueries that do not aggregate), WHERE, the grouping
-expressions, and each aggregate's mergeable state. The final step merges the states
-group by group, then runs everything above the aggregation: HAVING, expressions over
-aggregates, window functions over the aggregated rows, DISTINCT, ORDER BY, LIMIT and the
-outer query when the aggregation sits in a subquery or a CTE, with any static tables the
-outer query joins to the aggregated rows (``Query.final_static``: the final step reads
-them as well). A stream read above the aggregation is refused: the final step has the
-merged rows of one aggregation, not a stream's rows.
+A query is a small DAG of aggregations (``_find``): each SELECT that aggregates a stream's
+rows, wherever it sits (the query itself, a CTE, a FROM subquery, a join's side, a scalar
+or IN subquery), is one aggregation. Each runs per batch everything below its aggregation:
+its FROM clause (joins with static tables, subqueries that do not aggregate, lateral
+views), WHERE, the grouping expressions (and grouping sets), and each aggregate's mergeable
+state; the final step merges each aggregation's states group by group. The final step is
+then the query itself, each aggregation replaced by its merged groups and what its own
+SELECT computes over them: HAVING, expressions over aggregates, window functions over the
+aggregated rows, DISTINCT, ORDER BY, LIMIT; and above them, the outer queries, with the
+static tables they join, the aggregations joined to each other, scalar and IN subqueries
+over them, aggregates over their rows. A batch runs every aggregation in one job and
+writes one partial (``_combine``).
 
 Each aggregate is split by one rule (``_rewrite``):
 
@@ -36,11 +39,14 @@ construct and what to do instead.
 
 The rules are small functions from a tree to a tree (or to a refusal), in the style of
 sqlglot's optimizer, grouped by concern in private modules: ``_tree`` (parse, inline the
-CTEs), ``_refuse`` (the checks that refuse a query), ``_rewrite`` (each aggregate into a
-partial state and a merge; the expressions above the aggregation over the merged columns),
-``_naming`` (the result's column names, as Spark gives them) and ``_steps`` (the three SQL
-steps). :func:`decompose` below runs them in order; import it and :class:`QueryRefused`
-from :mod:`airflow_iqp.query`. ``_types`` gives the steps' column types from the tables'
+CTEs, what a SELECT reads and aggregates), ``_refuse`` (the checks of the whole query),
+``_find`` (the aggregations, and what may run above them), ``_below`` (what may run below
+one), ``_rewrite`` (each aggregate into a partial state and a merge; the expressions above
+the aggregation over the merged columns), ``_grouping`` (GROUP BY, ROLLUP, CUBE, GROUPING
+SETS), ``_naming`` (the result's column names, as Spark gives them), ``_steps`` (one
+aggregation's steps) and ``_combine`` (the aggregations' partials in one job).
+:func:`decompose` below runs them in order; import it and :class:`QueryRefused` from
+:mod:`airflow_iqp.query`. ``_types`` gives the steps' column types from the tables'
 schemas, as Spark would (:func:`step_types`, for ``explain``).
 
 Pure Python (sqlglot only): runs when a DAG file is parsed.
@@ -48,18 +54,19 @@ Pure Python (sqlglot only): runs when a DAG file is parsed.
 
 from __future__ import annotations
 
+import re
 from typing import Mapping, Sequence
 
 import sqlglot.expressions as exp
 
-from airflow_iqp.query.model import Query
+from airflow_iqp.query.model import Aggregation, Query
+from airflow_iqp.query.split._combine import combine
 from airflow_iqp.query.split._common import ONE_BATCH, QueryRefused
+from airflow_iqp.query.split._find import find_aggregations, lift_key_filters
 from airflow_iqp.query.split._naming import final_columns, output_name
-from airflow_iqp.query.split._refuse import (
-    check_above, check_below, check_columns, check_tables, find_aggregation, refuse_nondeterminism,
-)
-from airflow_iqp.query.split._steps import build_steps, placeholders
-from airflow_iqp.query.split._tree import inline_ctes, parse, same_node
+from airflow_iqp.query.split._refuse import check_columns, check_tables, refuse_nondeterminism
+from airflow_iqp.query.split._steps import MERGED_MARK, placeholders, read_above, split_aggregation
+from airflow_iqp.query.split._tree import inline_ctes, parse, stream_tables
 from airflow_iqp.query.split._types import step_types
 
 __all__ = ["QueryRefused", "decompose", "step_types"]
@@ -94,20 +101,54 @@ def _decompose(sql: str, *, id: str, streams, static, schemas, allow_single_batc
         check_columns(tree, {t: schemas[t] for t in tables if t in schemas})
     try:
         refuse_nondeterminism(tree)
-        agg = find_aggregation(tree, used_streams)
-        check_below(agg, used_streams)
-        check_above(tree, agg, used_streams)
-        work = tree.copy()
-        agg_in_work = same_node(tree, agg, work)
-        final_cols = final_columns(tree, agg)
-        partial_sql, merge_sql, finish_sql, final_static = build_steps(work, agg_in_work, tables, used_static)
+        columns = final_columns(tree)
+        work = lift_key_filters(tree.copy(), set(used_streams))
+        aggs = find_aggregations(work, set(used_streams))
+        steps = _split_all(work, aggs, tables, used_static, set(used_streams))
     except QueryRefused:
         if not allow_single_batch:
             raise
         return single_batch_query(sql, tree, id=id, streams=used_streams, static=used_static, title=title)
+    partial_sql, merges, finish_sql, final_static, aggregations = steps
     return Query(id=id, streams=tuple(used_streams), static=tuple(used_static), sql=sql, partial_sql=partial_sql,
-                 merge_sql=merge_sql, finish_sql=finish_sql, columns=tuple(final_cols),
-                 ordered=bool(tree.args.get("order")), title=title, final_static=tuple(final_static))
+                 merge_sql=merges, finish_sql=finish_sql, columns=tuple(columns),
+                 ordered=bool(tree.args.get("order")), title=title, final_static=tuple(final_static),
+                 aggregations=aggregations)
+
+
+def _split_all(work: exp.Expression, aggs: list[exp.Select], tables: Sequence[str], static: Sequence[str],
+               streams: set[str]):
+    """Each aggregation split (the same one, read twice, once: a CTE's), innermost first,
+    each replaced in ``work`` by its finish; then the batch's one job and the final step."""
+    position = {id(n): i for i, n in enumerate(work.dfs())}  # numbered in the order the query reads them
+    distinct = list(dict.fromkeys(a for a in sorted(aggs, key=lambda a: position[id(a)])))  # equal trees: one
+    keys = {id(a): distinct.index(a) for a in aggs}  # before any is replaced by its finish
+    several = len(distinct) > 1
+    parts, root = {}, work
+    for agg in aggs:
+        index = keys[id(agg)]
+        part, finish = split_aggregation(agg, index, several)
+        parts.setdefault(index, part)
+        if agg is root:
+            root = finish
+        else:
+            agg.replace(finish)
+    ordered = [parts[i] for i in range(len(distinct))]
+    partial_sql, scans = combine(ordered, tables)
+    final_static = read_above(root, static)
+    finish_sql = re.sub(rf"\b{MERGED_MARK}(\d*)\b", lambda m: "{merged" + m[1] + "}",
+                        placeholders(root, static, copy=False))
+    aggregations = []
+    for part, scan in zip(ordered, scans) if several else ():
+        select = part.select()
+        read = _streams_of(select, streams)
+        aggregations.append(Aggregation(placeholders(select, tables, copy=False), read, scan))
+    merges = tuple(p.merge_sql for p in ordered) if several else ordered[0].merge_sql
+    return partial_sql, merges, finish_sql, final_static, tuple(aggregations)
+
+
+def _streams_of(select: exp.Select, streams: set[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(t.name.lower() for t in stream_tables(select, streams)))
 
 
 def single_batch_query(sql: str, tree: exp.Expression, *, id: str, streams: Sequence[str],

@@ -29,8 +29,10 @@ class QueryRefused(ConfigError):
         return QueryRefused(self.template, one_batch)
 
 
-def to_sql(node: exp.Expression) -> str:
-    return node.sql(dialect=DIALECT)
+def to_sql(node: exp.Expression, copy: bool = True) -> str:
+    """Spark SQL of ``node``; ``copy=False`` for a tree made only to be written out (sqlglot's
+    generator copies the tree first, unless told not to)."""
+    return node.sql(dialect=DIALECT, copy=copy)
 
 
 def short(node: exp.Expression, limit: int = 60) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlglot.expressions as exp
 
 from airflow_iqp.query.split._common import DIALECT, QueryRefused, short
-from airflow_iqp.query.split._tree import sources
+from airflow_iqp.query.split._tree import aggregates, sources
 
 
 def output_name(item: exp.Expression) -> str:
@@ -14,6 +14,8 @@ def output_name(item: exp.Expression) -> str:
         return item.alias
     if isinstance(item, exp.Column):
         return item.name
+    if isinstance(item, exp.Subquery):
+        return "scalarsubquery()"  # Spark's name for an unnamed scalar subquery
     # Spark names an expression by its SQL with lower-case functions and every binary
     # operation in parentheses: "(qty % 2)", "sum((a * b))", "count(1)" for count(*).
     named = item.copy().transform(lambda n: exp.Paren(this=n) if isinstance(n, exp.Binary)
@@ -29,26 +31,36 @@ def names_output(order_item: exp.Ordered, outputs: set[str]) -> bool:
         isinstance(this, exp.Literal) and this.is_int)
 
 
-def final_columns(select: exp.Expression, agg: exp.Select) -> list[str]:
-    """A SELECT's result columns, down to the aggregation (``*`` expands to its source's columns)."""
+def final_columns(node: exp.Expression) -> list[str]:
+    """A query's result columns (a set operation's are its first branch's; ``*`` expands to
+    the columns of the subquery it reads)."""
+    if isinstance(node, exp.SetOperation):
+        return final_columns(node.this)
+    if isinstance(node, exp.Subquery):
+        return final_columns(node.this)
     names = []
-    for p in select.expressions:
+    for p in node.expressions:
         if isinstance(p, exp.Star) or (isinstance(p, exp.Column) and isinstance(p.this, exp.Star)):
-            if select is agg:
-                raise QueryRefused("SELECT * in an aggregation: list the grouped columns and the aggregates")
-            names.extend(final_columns(_star_source(select, agg, p), agg))
+            names.extend(final_columns(_star_source(node, p)))
         else:
             names.append(output_name(p))
     return names
 
 
-def _star_source(select: exp.Select, agg: exp.Select, star: exp.Expression) -> exp.Expression:
-    """The query a ``*`` above the aggregation expands to: the source that holds the
-    aggregation (only static tables are joined to it, find_aggregation), when the star
-    is over it alone or names it (``t.*``); a static table's columns are not known here."""
-    source = next(s for s in sources(select) if any(n is agg for n in s.walk()))
+def _star_source(select: exp.Select, star: exp.Expression) -> exp.Expression:
+    """The subquery a ``*`` expands to: the one source of ``select``, or the one it names
+    (``t.*``). A static table's columns are not known here, nor are an aggregation's own."""
+    if aggregates(select):
+        raise QueryRefused("SELECT * in an aggregation: list the grouped columns and the aggregates")
+    found = sources(select)
     qualifier = star.table.lower() if isinstance(star, exp.Column) else ""
-    if qualifier != source.alias_or_name.lower() and (qualifier or select.args.get("joins")):
+    if qualifier:
+        found = [s for s in found if s.alias_or_name.lower() == qualifier]
+    elif len(found) > 1:
+        named = next((s.alias_or_name for s in found if isinstance(s, exp.Subquery)), "t")
         raise QueryRefused(f"SELECT {short(star)} over a join above the aggregation: list the result's columns "
-                           f"({source.alias_or_name}.* for the aggregation's)")
-    return source.this
+                           f"({named}.* for the aggregation's)")
+    if len(found) != 1 or not isinstance(found[0], exp.Subquery):
+        what = found[0].name if found and isinstance(found[0], exp.Table) else short(star)
+        raise QueryRefused(f"SELECT {short(star)} over {what}: its columns are not known here; list them")
+    return found[0].this

@@ -3,7 +3,6 @@ states, and the expressions above the aggregation over the merged columns."""
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -49,40 +48,47 @@ def is_agg(node: exp.Expression) -> bool:
 
 @dataclass
 class Split:
-    """The per-batch projection and the merge, built while rewriting the aggregation."""
+    """The per-batch projection and the merge of one aggregation, built while rewriting it.
 
-    keys: list[exp.Expression]                      # grouping expressions, as in GROUP BY
+    Partial columns are named with ``prefix`` (``_1_s0``: aggregation 1's first state), so
+    that the aggregations of one query share one partial table; merged columns are not
+    (``_k0``, ``_g0``, ``_a0``): each aggregation's merged rows are a table of their own.
+    """
+
+    keys: list[exp.Expression]                      # grouping expressions, in order of first appearance
+    sets: list[tuple[int, ...]] | None = None       # grouping sets (ROLLUP, CUBE, GROUPING SETS), as key indexes
+    prefix: str = ""
+    raw: set[str] = field(default_factory=set)      # the aliases of the rows being aggregated
     distinct: list[exp.Expression] = field(default_factory=list)  # DISTINCT arguments: extra partial keys
     states: list[tuple[str, exp.Expression]] = field(default_factory=list)  # partial state columns
     merges: list[tuple[str, str]] = field(default_factory=list)   # (merged column, merge SQL)
     windows: list[tuple[str, str]] = field(default_factory=list)  # (column, window SQL) before the merge
-    seen: dict[str, str] = field(default_factory=dict)            # aggregate SQL -> merged column
-    counter: itertools.count = field(default_factory=itertools.count)
+    seen: dict[exp.Expression, str] = field(default_factory=dict)  # aggregate call -> merged column
+    _key_texts: list[str] | None = field(default=None, repr=False)
+    _state_names: dict[exp.Expression, str] = field(default_factory=dict, repr=False)  # state -> its column
 
     def key_index(self, node: exp.Expression) -> int | None:
-        norm = _norm(node)
-        for i, k in enumerate(self.keys):
-            if _norm(k) == norm:
-                return i
-        return None
+        if not any(type(node) is type(k) for k in self.keys):  # most nodes: no key is of their kind
+            return None
+        if self._key_texts is None:
+            self._key_texts = [norm(k) for k in self.keys]
+        text = norm(node)
+        return next((i for i, k in enumerate(self._key_texts) if k == text), None)
 
     def state(self, expression: exp.Expression) -> str:
         """The partial column computing ``expression``: one column per distinct state."""
-        text = to_sql(expression)
-        for name, e in self.states:
-            if to_sql(e) == text:
-                return name
-        name = f"_s{len(self.states)}"
-        self.states.append((name, expression))
-        return name
+        if expression not in self._state_names:  # sqlglot's trees are equal when their structures are
+            self._state_names[expression] = f"{self.prefix}_s{len(self.states)}"
+            self.states.append((self._state_names[expression], expression))
+        return self._state_names[expression]
 
     def distinct_key(self, expression: exp.Expression) -> str:
-        norm = _norm(expression)
+        text = norm(expression)
         for i, d in enumerate(self.distinct):
-            if _norm(d) == norm:
-                return f"_d{i}"
+            if norm(d) == text:
+                return f"{self.prefix}_d{i}"
         self.distinct.append(expression)
-        return f"_d{len(self.distinct) - 1}"
+        return f"{self.prefix}_d{len(self.distinct) - 1}"
 
     def merged(self, sql: str) -> str:
         name = f"_a{len(self.merges)}"
@@ -91,10 +97,15 @@ class Split:
 
     @property
     def key_names(self) -> list[str]:
-        return [f"_k{i}" for i in range(len(self.keys))]
+        """The partial's key columns (and, with grouping sets, its grouping bits)."""
+        return [f"{self.prefix}_k{i}" for i in range(len(self.keys))] + self.bit_names
+
+    @property
+    def bit_names(self) -> list[str]:
+        return [] if self.sets is None else [f"{self.prefix}_g{i}" for i in range(len(self.keys))]
 
 
-def _norm(node: exp.Expression) -> str:
+def norm(node: exp.Expression) -> str:
     """An expression's SQL with table qualifiers dropped, for matching SELECT items to GROUP BY items."""
     copy = node.copy()
     for c in copy.find_all(exp.Column):
@@ -108,7 +119,7 @@ def _with_filter(agg: exp.Expression, cond: exp.Expression | None) -> exp.Expres
 
 def split_aggregate(node: exp.Expression, split: Split) -> str:
     """The merged column of one aggregate call (with its FILTER), registering its states."""
-    key = to_sql(node)
+    key = node  # equal calls (by structure) merge once
     if key in split.seen:
         return split.seen[key]
     cond = None
@@ -184,10 +195,12 @@ def rewrite_above(node: exp.Expression, split: Split, aliases: Mapping[str, exp.
     index = split.key_index(node) if not isinstance(node, (exp.Literal, exp.Null, exp.Boolean)) else None
     if index is not None:
         return col(f"_k{index}")
+    if isinstance(node, (exp.Grouping, exp.GroupingId)):
+        return rewrite_grouping(node, split)
     if isinstance(node, exp.Filter) or (is_agg(node) and not isinstance(node.parent, exp.Window)):
         return col(split_aggregate(node, split))
     if isinstance(node, (exp.Subquery, exp.Select)):
-        raise QueryRefused(f"subquery {short(node)} above the aggregation: it would run per batch; {SINGLE}")
+        return _subquery_above(node, split)
     if isinstance(node, exp.Column) and not node.table:
         alias = aliases.get(node.name.lower())
         if alias is not None:
@@ -204,28 +217,38 @@ def rewrite_above(node: exp.Expression, split: Split, aliases: Mapping[str, exp.
     return new
 
 
-def group_keys(agg: exp.Select) -> list[exp.Expression]:
-    group = agg.args.get("group")
-    if not group:
-        return []
-    for g in [*group.expressions, *(group.args.get(k) for k in ("rollup", "cube", "grouping_sets"))]:
-        if isinstance(g, (exp.Rollup, exp.Cube, exp.GroupingSets)) or (g and not isinstance(g, exp.Expression)):
-            kind = type(g).__name__.upper() if isinstance(g, exp.Expression) else "ROLLUP, CUBE or GROUPING SETS"
-            raise QueryRefused(f"GROUP BY {kind}: group by the columns, and compute each level as its own query, "
-                               f"{SINGLE}")
-    projections = {p.alias.lower(): p.unalias() for p in agg.expressions if p.alias}
-    keys = []
-    for g in group.expressions:
-        if isinstance(g, exp.Literal) and g.is_int:  # GROUP BY 2: the second SELECT item
-            i = int(g.name)
-            if not 1 <= i <= len(agg.expressions):
-                raise QueryRefused(f"GROUP BY {i}: the SELECT list has {len(agg.expressions)} items")
-            g = agg.expressions[i - 1].unalias()
-        elif isinstance(g, exp.Column) and not g.table and g.name.lower() in projections:
-            target = projections[g.name.lower()]  # GROUP BY an alias of the SELECT list (Spark allows it)
-            if not (isinstance(target, exp.Column) and target.name.lower() == g.name.lower()):
-                g = target
-        if is_agg(g) or any(is_agg(n) for n in g.walk()):
-            raise QueryRefused(f"an aggregate in GROUP BY: {short(g)}")
-        keys.append(g.copy())
-    return keys
+def _subquery_above(node: exp.Expression, split: Split) -> exp.Expression:
+    """A subquery in the aggregation's SELECT list, HAVING or ORDER BY: it runs in the final
+    step as it is (over static tables, or another aggregation's merged rows), unless it
+    refers to the rows being aggregated, which the final step no longer has."""
+    raw = next((c for c in node.find_all(exp.Column) if c.table and c.table.lower() in split.raw), None)
+    if raw is not None:
+        raise QueryRefused(f"subquery {short(node)} above the aggregation refers to {to_sql(raw)}, a column of the "
+                           f"rows being aggregated: the final step has only the merged groups, {SINGLE}")
+    return node.copy()
+
+
+def rewrite_grouping(node: exp.Expression, split) -> exp.Expression:
+    """``grouping(k)`` or ``grouping_id(...)`` of the aggregation, over the merged bits: a
+    key's bit, or the bits weighed as Spark weighs them (the last column is bit 0, over the
+    grouping columns in the order they first appear in GROUP BY)."""
+    if split.sets is None:
+        raise QueryRefused(f"{short(node)} without ROLLUP, CUBE or GROUPING SETS: Spark allows it only with them")
+    args = node.expressions or ([] if isinstance(node, exp.Grouping) else list(split.keys))
+    indexes = []
+    for a in args:
+        i = split.key_index(a)
+        if i is None:
+            raise QueryRefused(f"{short(node)}: {short(a)} is not a grouping column")
+        indexes.append(i)
+    if isinstance(node, exp.Grouping):
+        if len(indexes) != 1:
+            raise QueryRefused(f"{short(node)}: grouping() takes one grouping column")
+        return col(f"_g{indexes[0]}")
+    terms = [exp.Cast(this=col(f"_g{i}"), to=exp.DataType.build("bigint")) for i in indexes]
+    weighted = [t if n == 0 else exp.Mul(this=t, expression=exp.Literal.number(2 ** n))
+                for n, t in zip(range(len(terms) - 1, -1, -1), terms)]
+    out = weighted[0]
+    for w in weighted[1:]:
+        out = exp.Add(this=out, expression=w)
+    return exp.Paren(this=out) if len(weighted) > 1 else out

@@ -1,14 +1,19 @@
-"""From SQL text to one tree: parse it, then inline its CTEs."""
+"""From SQL text to one tree (parse it, inline its CTEs), and what the rules ask of a tree:
+which SELECT aggregates, what it reads, and which of its clauses run below its aggregation."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import sqlglot
 import sqlglot.expressions as exp
 from sqlglot.errors import ParseError
 
 from airflow_iqp.query.split._common import DIALECT, QueryRefused
+from airflow_iqp.query.split._rewrite import is_agg
+
+#: The clauses of a SELECT that run before its aggregation: what a batch computes.
+BELOW = ("from_", "from", "joins", "where", "laterals")
 
 
 def parse(sql: str) -> exp.Expression:
@@ -55,15 +60,63 @@ def _substitute_ctes(tree: exp.Expression, bodies: Mapping[str, exp.Expression])
     return tree
 
 
-def same_node(tree: exp.Expression, node: exp.Expression, copy: exp.Expression) -> exp.Expression:
-    """The node of ``copy`` at the place ``node`` has in ``tree``."""
-    for a, b in zip(tree.walk(), copy.walk()):
-        if a is node:
-            return b
-    raise AssertionError("node not in tree")
-
-
 def sources(select: exp.Select) -> list[exp.Expression]:
     """What a SELECT reads, in order: its FROM source, then each joined one."""
     clauses = [select.args.get("from_") or select.args.get("from"), *(select.args.get("joins") or ())]
     return [c.this for c in clauses if c is not None]
+
+
+def below_parts(select: exp.Select) -> Iterator[exp.Expression]:
+    """The clauses of ``select`` that run before its aggregation (FROM, joins, WHERE, lateral views)."""
+    for key in BELOW:
+        value = select.args.get(key)
+        if isinstance(value, list):
+            yield from value
+        elif value is not None:
+            yield value
+
+
+def own_nodes(select: exp.Select) -> Iterator[exp.Expression]:
+    """Nodes of a SELECT's own projections, HAVING, QUALIFY and ORDER BY (not its subqueries)."""
+    parts = list(select.expressions) + [select.args.get(k) for k in ("having", "qualify", "order")]
+    for part in parts:
+        if part is None:
+            continue
+        for node in part.walk(prune=lambda n: isinstance(n, (exp.Subquery, exp.Select)) and n is not part):
+            yield node
+
+
+def aggregates(select: exp.Expression) -> bool:
+    """Whether ``select`` aggregates at its own level: GROUP BY, or an aggregate outside a window."""
+    if not isinstance(select, exp.Select):
+        return False
+    if select.args.get("group"):
+        return True
+    return any(is_agg(n) and not isinstance(n.parent, exp.Window) for n in own_nodes(select))
+
+
+def stream_tables(node: exp.Expression, streams: set[str]) -> list[exp.Table]:
+    return [t for t in node.find_all(exp.Table) if t.name.lower() in streams and not t.args.get("db")]
+
+
+def reads(node: exp.Expression, streams: set[str]) -> bool:
+    return bool(stream_tables(node, streams))
+
+
+def names_of(node: exp.Expression, streams: set[str]) -> str:
+    """The streams ``node`` reads, as a list for a message."""
+    return ", ".join(sorted({t.name.lower() for t in stream_tables(node, streams)}))
+
+
+def clause_of(node: exp.Expression, select: exp.Select) -> str:
+    """The argument of ``select`` that holds ``node`` (``where``, ``expressions``, ``joins``, ...)."""
+    while node.parent is not select:
+        node = node.parent
+    return node.arg_key
+
+
+def depth(node: exp.Expression) -> int:
+    n = 0
+    while node.parent is not None:
+        node, n = node.parent, n + 1
+    return n

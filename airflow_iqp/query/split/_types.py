@@ -38,11 +38,19 @@ _REF = re.compile(r"\{\{|\}\}|\{(\w+)\}")
 
 def step_types(query: Query, schemas: Mapping[str, Mapping[str, str]]) -> tuple[dict, dict]:
     """(partial column -> type, result column -> type) of a SQL query over tables of these
-    schemas (column -> Spark type), each type Spark's ``simpleString`` or None (not known)."""
-    partial = select_types(query.partial_sql, {t: schemas.get(t, {}) for t in query.tables})
-    merge = resolve_types(query.merge_sql, partial, unknown=lambda m: "UNKNOWN")  # sqlglot's "no type"
-    merged = select_types(merge, {"partials": partial})
-    result = select_types(query.finish_sql, {"merged": merged, **{t: schemas.get(t, {}) for t in query.final_static}})
+    schemas (column -> Spark type), each type Spark's ``simpleString`` or None (not known).
+    The partial of several aggregations is their columns' union, beside ``_agg``."""
+    tables = {t: schemas.get(t, {}) for t in query.tables}
+    if query.aggregations:
+        partial: dict[str, str | None] = {"_agg": "int"}
+        for agg in query.aggregations:
+            partial |= select_types(agg.partial_sql, tables)
+    else:
+        partial = select_types(query.partial_sql, tables)
+    merged = {name: select_types(resolve_types(merge, partial, unknown=lambda m: "UNKNOWN"),  # sqlglot's "no type"
+                                 {"partials": partial})
+              for name, merge in zip(query.merged_names, query.merges)}
+    result = select_types(query.finish_sql, {**merged, **{t: schemas.get(t, {}) for t in query.final_static}})
     return partial, dict(zip(query.columns, result.values())) if len(result) == len(query.columns) else {}
 
 
@@ -229,7 +237,8 @@ _METADATA = {
     **{cls: _returns(T.BOOLEAN) for cls in (*exp.Predicate.__subclasses__(), exp.And, exp.Or, exp.Not, exp.In,
                                              exp.Between, exp.Like, exp.ILike, exp.Is, exp.Boolean, exp.LogicalAnd,
                                              exp.LogicalOr, exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)},
-    **{cls: _returns(T.BIGINT) for cls in (exp.Count, exp.CountIf, exp.ApproxDistinct, exp.IntDiv)},
+    **{cls: _returns(T.BIGINT) for cls in (exp.Count, exp.CountIf, exp.ApproxDistinct, exp.IntDiv, exp.GroupingId)},
+    exp.Grouping: _returns(T.TINYINT),
     **{cls: _returns(T.DOUBLE) for cls in (exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop,
                                             exp.StddevSamp, exp.Sqrt)},
     **{cls: _returns(T.TEXT) for cls in (exp.Upper, exp.Lower)},
