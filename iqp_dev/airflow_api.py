@@ -65,17 +65,26 @@ class AirflowClient:
         req.add_header("Accept", "application/json")
         # A GET is retried when the API server is too busy to answer in time (many task
         # processes start at once on a small machine, and they talk to the same server).
+        # Any request is retried on 503: the server answers so when its database refused the
+        # transaction (SQLite locked by the scheduler), which it rolled back.
         attempts = 3 if method == "GET" else 1
-        for attempt in range(1, attempts + 1):
+        busy = timeouts = 0
+        while True:
             try:
                 with urllib.request.urlopen(req, timeout=30) as resp:
                     raw = resp.read()
                 break
             except urllib.error.HTTPError as exc:
-                raise ApiError(exc.code, f"{method} {path}: {exc.code} {exc.read().decode(errors='replace')}") from None
+                text = exc.read().decode(errors="replace")
+                if exc.code == 503 and busy < 5:
+                    busy += 1
+                    time.sleep(busy)
+                    continue
+                raise ApiError(exc.code, f"{method} {path}: {exc.code} {text}") from None
             except (TimeoutError, urllib.error.URLError) as exc:
-                if attempt == attempts or (isinstance(exc, urllib.error.URLError)
-                                           and not isinstance(exc.reason, TimeoutError)):
+                timeouts += 1
+                if timeouts >= attempts or (isinstance(exc, urllib.error.URLError)
+                                            and not isinstance(exc.reason, TimeoutError)):
                     raise
         return json.loads(raw) if raw else None
 

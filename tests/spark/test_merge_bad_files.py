@@ -73,7 +73,7 @@ def test_two_bad_files_under_the_default_leave_a_partial_result_from_the_good_on
         assert metrics["units"] == 2 and metrics["rows_in"] == 24                # the claim's rows, not read again
 
     op = FinalOperator(task_id="final", query="clicks_q", plan=[b.to_dict() for b in batches], state_dir=str(state))
-    op._strategy.run_final = lambda ws, **_: execute_final(spark, ws, backend="spark-submit", history=False)
+    op._runner.run_final = lambda ws, **_: execute_final(spark, ws, backend="spark-submit", history=False)
     report = op.execute(context(TI("final")))
 
     ws = batches[0].window_state()
