@@ -70,10 +70,13 @@ def batch_ready(batch: Batch, now: float, arrived: int | None = None, listing: A
         return "time" if due else None
     if batch.skip:  # the re-plan gave it nothing: it passes once the one before it claimed
         return "skip" if _previous_decided(batch) else ("time" if now >= fire_at(batch) else None)
-    if now >= fire_at(batch):
-        return "time"
-    if batch.spare or batch.late or (batch.last and (not batch.known_total or now < batch.ready_ts)):
-        return None  # a checkpoint, a late batch and the last batch of an unknown total fire on time
+    # When its time has come the batch fires whatever has arrived; it fires on "units" if
+    # they are all there by then (a last batch whose wait ends as the window does).
+    on_time = "time" if now >= fire_at(batch) else None
+    if batch.spare or (batch.last and not batch.known_total):
+        return on_time  # a checkpoint and the last batch of an unknown total fire on time
+    if batch.last and now < batch.ready_ts:
+        return None
     needed = batch.expected_total if batch.last else batch.cumulative
     if arrived is None:
         count, units = (listing.count, listing.units) if listing is not None else (count_names, list_units)
@@ -82,14 +85,12 @@ def batch_ready(batch: Batch, now: float, arrived: int | None = None, listing: A
         # listing) before the full, per-stream listing of complete units. A flat or
         # partitioned layout holds other windows' files too: its units are listed at once.
         if streams[0].window is None and not streams[0].partitions and count(batch.landing) < needed:
-            return None
+            return on_time
         listed = units(batch.landing, streams)
         batch.window_state().note_seen([u.name for u in listed], now)
         arrived = len(listed)
-    if arrived < needed:
-        return None
-    if not _previous_decided(batch):
-        return None
+    if arrived < needed or not _previous_decided(batch):
+        return on_time
     return "units"
 
 

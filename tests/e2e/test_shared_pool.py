@@ -2,10 +2,11 @@
 
 Real scheduler, dag-processor, triggerer and api-server: ``dag.test()`` ignores pools
 and priorities, so it cannot show this. The three DAGs (CQ1, CQ2, CQ3) have one window
-each, opening at the same moment, with deadlines 150, 210 and 270 s after it ends; their
+each, opening at the same moment, with deadlines 180, 260 and 340 s after it ends; their
 batch tasks and final aggregations carry ``weight_rule=EDFPriority``. All of their input
-is there when the window opens, so all three batches are ready at once. A blocker task
-holds the pool's slot as the window opens (a cluster busy with another job), so every
+is there when the window opens, so all three batches are ready at once as the window ends
+(a last batch does not fire before). A blocker task holds the pool's slot from before the
+window opens until well after it ends (a cluster busy with another job), so every
 contender is queued before the slot frees, and the order is the scheduler's choice by
 priority weight, not by who asked first.
 """
@@ -28,9 +29,11 @@ from iqp_dev.local_airflow import airflow_env  # noqa: E402
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
-W = 60
+W = 30
 UNITS = 30
-OFFSETS = {"cq3": 270, "cq1": 150, "cq2": 210}   # deliberately not in EDF order here
+BUSY_AFTER_END = 40   # s the blocker holds the slot past the window's end: the sensors fire
+                      # at the end, their tasks claim, and the three batches queue for the slot
+OFFSETS = {"cq3": 340, "cq1": 180, "cq2": 260}   # deliberately not in EDF order here
 
 DAGS = textwrap.dedent('''
     from datetime import datetime, timedelta
@@ -60,7 +63,7 @@ DAGS = textwrap.dedent('''
         )
 
     with DAG("blocker", schedule=None, start_date=ANCHOR):
-        PythonOperator(task_id="busy", python_callable=lambda: time.sleep(40), pool="spark")
+        PythonOperator(task_id="busy", python_callable=lambda: time.sleep({busy}), pool="spark")
 ''')
 
 
@@ -82,7 +85,7 @@ def runs(tmp_path_factory):
     dags.mkdir()
     (dags / "shared_pool.py").write_text(DAGS.format(
         anchor=datetime.fromtimestamp(anchor, timezone.utc).isoformat(), offsets=OFFSETS, data=data, units=UNITS,
-        window=W))
+        window=W, busy=W + BUSY_AFTER_END))
     env = {"AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
            "AIRFLOW__IQP__STATE_DIR": str(data / "state")}
     out = {"anchor": anchor, "data": data, "wid": wid}

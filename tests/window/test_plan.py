@@ -109,6 +109,11 @@ def test_readiness_is_units_or_latest_start_whichever_first(tmp_path):
     assert fire_at(last.with_(latest_start_ts=last.ready_ts + 30)) == last.ready_ts + LAST_UNIT_GRACE_S
     assert fire_at(last.with_(latest_start_ts=last.ready_ts - 30)) == last.ready_ts
     assert batch_ready(last, fire_at(last), arrived=3) == "time"
+    # Its latest start before the window's end (a re-plan with larger costs): it fires as the
+    # window ends, and on its units when they are all there by then.
+    early = last.with_(latest_start_ts=last.ready_ts - 30)
+    assert batch_ready(early, early.ready_ts, arrived=240) == "units"
+    assert batch_ready(early, early.ready_ts, arrived=239) == "time"
     # A batch before the last fires at its latest start, slack or not.
     assert batch_ready(b1.with_(latest_start_ts=b1.ready_ts), b1.ready_ts, arrived=0) == "time"
 
