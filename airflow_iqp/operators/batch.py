@@ -18,6 +18,7 @@ from airflow_iqp.operators._backends import OnBackend
 from airflow_iqp.store import batch_name
 from airflow_iqp.window.accounting import record_attempt, record_task_cpu
 from airflow_iqp.window.batch import Batch
+from airflow_iqp.window.replan import effective
 
 #: A batch's execution_timeout is never shorter: on a cluster shared by several queries a
 #: batch can take several times its planned cost, and a killed batch is a lost partial and
@@ -77,16 +78,19 @@ class BatchOperator(OnBackend, BaseOperator):
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
-        # ``batch`` stays the plan entry's JSON (``{{ task.batch.label }}`` reads its label);
-        # its planned cost bounds the run.
-        self.execution_timeout = self.timeout_for(self._entry())
+        # ``batch`` stays the plan entry's JSON (``{{ task.batch.label }}`` reads its label),
+        # as the window's newest re-plan has it once its wait has claimed: the label the
+        # wait shows, and the planned cost that bounds the run.
+        batch = effective(self._entry())
+        self.batch = {**self.batch, "label": batch.label}
+        self.execution_timeout = self.timeout_for(batch)
 
     def timeout_for(self, batch: Batch) -> dt.timedelta:
         """The batch's execution_timeout: three times its planned cost plus the backend's start-up."""
         return dt.timedelta(seconds=max(BATCH_TIMEOUT_MIN_S, self.backend_class.timeout_overhead + 3 * batch.cost))
 
     def execute(self, context) -> dict:
-        batch = self._entry()
+        batch = effective(self._entry())
         state = IQPStateHook(batch.state_dir)
         ws = state.window_of(batch)
         claim = ws.claim_of(batch.index)

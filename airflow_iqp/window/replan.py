@@ -167,7 +167,10 @@ def replan(batch: Batch, claimed: int, arrived: int, now: float,
                    else "nothing is left to claim")
             entries[str(idx)] = {"skip": True, "units": 0, "cumulative": cumulative,
                                  "label": f"{head} · dropped by the {name}: {why}"}
-    entries[str(last)] = {"expected_total": total, "units": sizes[-1] if sizes else 0,
+    final = next(e for e in planned if e.index == last)
+    rest = sizes[-1] if sizes else 0
+    entries[str(last)] = {"expected_total": total, "units": rest,
+                          "label": f"batch {last}/{last} · {rest} units · ready {clock(final.ready_ts)} ({name})",
                           **({"latest_start_ts": start + plan.batches[-1].latest_start,
                               "cost": plan.batches[-1].cost} if plan else {})}
     out = {"after": batch.index, "at": now, "expected_total": total, "ran": run_now,

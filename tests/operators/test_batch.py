@@ -162,6 +162,15 @@ def test_the_timeout_and_the_label_come_from_the_plan_entry(tmp_path):
         assert op.execution_timeout == dt.timedelta(seconds=BATCH_TIMEOUT_MIN_S)
     # The rendered batch is still the plan entry: the map index template reads its label.
     assert submit.render_template(submit.map_index_template, {"task": submit}) == "batch 1/1 · 2 units · ready 08:04"
+    # Once its wait re-planned the window, the label and the cost are the re-plan's: the
+    # task shows what its wait shows.
+    label = "batch 1/1 · 5 units · ready 08:03 (re-plan at 08:02 after batch 0)"
+    open_store(tmp_path / "state").window("cq2", WINDOW).write_doc(
+        "replan", {"entries": {"1": {"label": label, "cost": 300.0, "units": 5}}})
+    submit.batch = entry(tmp_path, cost=1.0)
+    submit.render_template_fields(context())
+    assert submit.render_template(submit.map_index_template, {"task": submit}) == label
+    assert submit.execution_timeout == dt.timedelta(seconds=60.0 + 900)
 
 
 def test_killing_the_task_kills_its_spark_submit(tmp_path):

@@ -5,14 +5,16 @@ everything present at the window's end plus ``grace``."""
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.window.config import QueryConfig
+from airflow_iqp.window.config import QueryConfig, clock
 from airflow_iqp.window.costs import expected_units
 from airflow_iqp.window.plan import plan_window, store_plan
 from airflow_iqp.window.readiness import batch_ready, claim_batch, fire_at
+from airflow_iqp.window.replan import effective
 from airflow_iqp.store import open_store
 from airflow_iqp.streams import Stream
 
@@ -102,6 +104,12 @@ def test_a_checkpoint_runs_a_batch_only_when_the_rest_would_not_fit_after_the_wi
     assert len(claim["units"]) == 35                                        # 52 expected now: run what is in
     doc = open_store(c.state_dir).window("rev", wp.window_id).doc("replan")
     assert doc["after"] == 2 and doc["ran"] and doc["expected_total"] == 53
+    # The labels say the re-plan: in time order, the last batch with the units it now plans.
+    labels = [effective(b).label for b in wp.batches]
+    readies = [re.search(r"ready (\d\d:\d\d:\d\d)", x).group(1) for x in labels if "dropped" not in x]
+    assert readies == sorted(readies), labels
+    assert labels[-1].endswith(f"· {doc['sizes'][-1]} units · ready {clock(wp.batches[-1].ready_ts)} "
+                               f"(re-plan at {clock(START + 80)} after batch 2)"), labels
     land(landing, [f"w-{i:03d}.csv" for i in range(35, 52)], START + 110)
     last = wp.batches[-1]
     assert batch_ready(last, START + 119.9) is None and batch_ready(last, START + 120) == "time"
