@@ -1,12 +1,14 @@
-"""The CQ2 example DAG end to end, with real Airflow processes and real spark-submit.
+"""CQ2 as the example DAG writes it, end to end, with real Airflow processes and real spark-submit.
 
 Scheduler, dag-processor, triggerer and api-server run as real processes (LocalExecutor,
-SQLite): ``dag.test()`` would run sensors one at a time and ignore pools. Each profile gets
-its own Airflow and state directory, and one live window of 240 s in which
-``airflow-iqp replay`` publishes 240 units at 1 unit/s with the ``fixed``, ``slower`` or
-``late`` profile. The DAG plans every window with its fixed-rate hint, so the slower and
-late windows find less input than planned. After the fixed window, three past windows
-whose input is complete are backfilled.
+SQLite): ``dag.test()`` would run sensors one at a time and ignore pools. One Airflow runs
+three DAGs of the query side by side, one per arrival profile, each with its own query id
+(so its own cost history) and one live window of 240 s in which ``airflow-iqp replay``
+publishes 240 units at 1 unit/s with the ``fixed``, ``slower`` or ``late`` profile. The
+windows open 90 s apart, so that no two windows end (where their last batches and merges
+run) at once. Every DAG plans its window with its fixed-rate hint, so the slower and late
+windows find less input than planned. After the live windows, three past windows of the
+fixed DAG whose input is complete are backfilled.
 
 Cost hints (25 s per batch, 0.6 s per unit) make the plan cut each live window into at
 least 3 batches; the deadline is 100 s after the window's end.
@@ -18,6 +20,8 @@ import json
 import shutil
 import subprocess
 import sys
+import textwrap
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,7 +38,35 @@ pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 W = 240          # window length, s
 UNITS = 240      # units per window, at 1 unit/s
 OFFSET = 100     # deadline offset after the window end, s
-DAG_ID = "iqp_cq2"
+PROFILES = ("fixed", "slower", "late")
+STAGGER = 90     # s between the profiles' windows: one's last batch and merge run before the next one's
+
+DAGS = textwrap.dedent('''
+    from datetime import datetime, timedelta
+
+    from airflow_iqp.dag_factory import iqp_dag
+    from airflow_iqp.options import Algorithm1, Arrival
+
+    for profile, anchor in {anchors!r}.items():
+        start = datetime.fromisoformat(anchor)
+        globals()["iqp_cq2_" + profile] = iqp_dag(
+            name="cq2_" + profile,
+            sql="SELECT count(*) AS totalorders, o_orderpriority FROM orders GROUP BY o_orderpriority",
+            streams={{"orders": {{"path": "{data}/" + profile + "/landing/{{{{ data_interval_start | ts_nodash }}}}",
+                                 "unit": "dir"}}}},
+            window=timedelta(seconds={window}),
+            deadline_offset=timedelta(seconds={offset}),
+            arrival=Arrival(units={units}),
+            cut=Algorithm1(cost_hint={{"kind": "linear", "per_unit": 0.6, "per_batch": 25}},
+                           final_agg_hint={{"kind": "linear", "base": 20.0, "per_batch": 0.5}}),
+            anchor=start,
+            end_date=start + timedelta(seconds=1),   # this one window, and backfills before it
+        )
+''')
+
+
+def dag_id(profile: str) -> str:
+    return f"iqp_cq2_{profile}"
 
 
 def wid(ts: float) -> str:
@@ -48,10 +80,10 @@ def read_result(path: str) -> tuple[list[tuple], list[str]]:
     return [tuple(r.values()) for r in t.to_pylist()], t.column_names
 
 
-def wait_xcom(af, run_id: str, index: int):
+def wait_xcom(af, dag: str, run_id: str, index: int):
     """What a batch's sensor returned ({"manifest", "reason"}), or None if it was skipped."""
     try:
-        return af.xcom(DAG_ID, run_id, "batch.wait", map_index=index)
+        return af.xcom(dag, run_id, "batch.wait", map_index=index)
     except Exception:  # noqa: BLE001 - a skipped sensor pushed nothing
         return None
 
@@ -65,79 +97,95 @@ def tpch(tmp_path_factory):
     return out
 
 
-def run_window(tmp: Path, tpch: Path, profile: str, backfill: bool = False) -> dict:
-    """One live window replayed with ``profile`` on a fresh Airflow and a fresh state dir.
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tpch) -> dict:
+    """The three live windows in one Airflow, then the fixed DAG's backfill.
 
-    Fresh, because the plan operator fits its cost model to the state dir's cost history:
-    after one window of measured batches it (rightly) plans the next as one batch, and
-    the profile would no longer meet several batches.
+    A query id per profile: the plan and a claim's re-plan read the query's cost history,
+    and one profile's measured batches must not re-plan another's window.
     """
-    data = tmp / profile
-    (data / "tpch").mkdir(parents=True)
-    (data / "tpch" / "static").symlink_to(tpch / "static")
+    data = tmp_path_factory.mktemp("e2e")
     units = sorted(p for p in (tpch / "units").iterdir() if p.is_dir())
-    # The window opens once Airflow is up (about 25 s); the DAG allows this one window only.
-    anchor = (int(time.time()) // 10) * 10 + 50
-    backfilled = [anchor - k * W for k in (4, 3, 2)] if backfill else []
+    # The first window opens once Airflow is up (about 25 s); each DAG allows its one window.
+    first = (int(time.time()) // 10) * 10 + 50
+    anchors = {p: first + i * STAGGER for i, p in enumerate(PROFILES)}
+    backfilled = [anchors["fixed"] - k * W for k in (4, 3, 2)]
     for start in backfilled:  # past windows: all input landed long ago
-        landing = data / "landing" / "cq2" / wid(start)
+        landing = data / "fixed" / "landing" / wid(start)
         landing.mkdir(parents=True)
         for u in units:
             shutil.copytree(u, landing / u.name)
-    env = {
-        "IQP_DATA": str(data), "IQP_ANCHOR": datetime.fromtimestamp(anchor, timezone.utc).isoformat(),
-        "IQP_END": datetime.fromtimestamp(anchor + 1, timezone.utc).isoformat(),
-        "IQP_WINDOW_S": str(W), "IQP_UNITS": str(UNITS), "IQP_DEADLINE_S": str(OFFSET),
-        "IQP_COST_PER_UNIT": "0.6", "IQP_COST_PER_BATCH": "25",
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
-        "AIRFLOW__IQP__STATE_DIR": str(data / "state"),
-    }
-    out = {"data": data, "tpch": tpch, "units": units, "start": anchor, "backfilled": backfilled}
-    with airflow_env(ROOT / "tests" / "e2e" / "dags_hinted", extra_env=env) as af:
-        af.wait_for_dag(DAG_ID)
-        af.unpause(DAG_ID)
-        time.sleep(max(0.0, anchor - time.time()))
-        out["replay"] = subprocess.Popen(
-            ["airflow-iqp", "replay", "--from", str(tpch), "--to", str(data / "landing" / "cq2" / wid(anchor)),
+    dags = data / "dags"
+    dags.mkdir()
+    (dags / "query_dag.py").write_text(DAGS.format(
+        anchors={p: datetime.fromtimestamp(a, timezone.utc).isoformat() for p, a in anchors.items()},
+        data=data, window=W, offset=OFFSET, units=UNITS))
+    env = {"AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
+           "AIRFLOW__IQP__STATE_DIR": str(data / "state")}
+    out = {p: {"profile": p, "data": data, "tpch": tpch, "units": units, "start": anchors[p], "dag": dag_id(p)}
+           for p in PROFILES}
+    out["fixed"]["backfilled"] = backfilled
+
+    def replay(profile: str) -> None:
+        time.sleep(max(0.0, anchors[profile] - time.time()))
+        out[profile]["replay"] = subprocess.Popen(
+            ["airflow-iqp", "replay", "--from", str(tpch), "--to", str(data / profile / "landing" / wid(anchors[profile])),
              "--profile", profile, "--window", str(W)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        run_id = af.window_run(DAG_ID, anchor, timeout=120)
+
+    with airflow_env(dags, extra_env=env) as af:
+        for p in PROFILES:
+            af.wait_for_dag(dag_id(p))
+            af.unpause(dag_id(p))
+        publishers = [threading.Thread(target=replay, args=(p,)) for p in PROFILES]
+        for t in publishers:
+            t.start()
+        run_ids = {p: af.window_run(dag_id(p), anchors[p], timeout=120) for p in PROFILES}
         # The live run's deadline, read while it runs: Airflow prunes a run's deadlines
         # once it has succeeded in time.
-        out["live_deadline"], until = [], time.time() + 60
-        while not out["live_deadline"] and time.time() < until:
-            out["live_deadline"] = af.sql("SELECT d.deadline_time, d.missed FROM deadline d JOIN dag_run r "
-                                          "ON r.id = d.dagrun_id WHERE r.run_id = ?", (run_id,))
+        fixed, until = out["fixed"], time.time() + 60
+        fixed["live_deadline"] = []
+        while not fixed["live_deadline"] and time.time() < until:
+            fixed["live_deadline"] = af.sql("SELECT d.deadline_time, d.missed FROM deadline d JOIN dag_run r "
+                                            "ON r.id = d.dagrun_id WHERE r.run_id = ? AND r.dag_id = ?",
+                                            (run_ids["fixed"], dag_id("fixed")))
             time.sleep(1)
-        out["run"] = af.wait_for_run(DAG_ID, run_id, timeout=W + OFFSET + 300, expect_success=False)
-        out["tis"] = af.task_instances(DAG_ID, run_id)
-        out["waits"] = {i: wait_xcom(af, run_id, i) for i in range(len(af.xcom(DAG_ID, run_id, "plan")))}
-        out["replay_rc"] = out["replay"].wait(timeout=120)
-        if backfill:
-            af.backfill(DAG_ID, datetime.fromtimestamp(backfilled[0], timezone.utc),
-                        datetime.fromtimestamp(backfilled[-1], timezone.utc))
-            runs, until = [], time.time() + 120
-            while len(runs) < len(backfilled) and time.time() < until:  # the scheduler creates them
-                time.sleep(2)
-                runs = [r for r in af.dag_runs(DAG_ID) if r["run_type"] == "backfill"]
-            out["backfill_runs"] = [af.wait_for_run(DAG_ID, r["dag_run_id"], timeout=400) for r in runs]
-        out["deadlines"] = af.sql("SELECT r.run_id, r.run_type, d.deadline_time, d.missed FROM deadline d "
-                                  "JOIN dag_run r ON r.id = d.dagrun_id")
+        for p in PROFILES:
+            run, dag = out[p], dag_id(p)
+            run["run"] = af.wait_for_run(dag, run_ids[p], timeout=W + OFFSET + 300, expect_success=False)
+            run["tis"] = af.task_instances(dag, run_ids[p])
+            run["waits"] = {i: wait_xcom(af, dag, run_ids[p], i)
+                            for i in range(len(af.xcom(dag, run_ids[p], "plan")))}
+        for t in publishers:
+            t.join()
+        for p in PROFILES:
+            out[p]["replay_rc"] = out[p]["replay"].wait(timeout=120)
+        af.backfill(dag_id("fixed"), datetime.fromtimestamp(backfilled[0], timezone.utc),
+                    datetime.fromtimestamp(backfilled[-1], timezone.utc))
+        found, until = [], time.time() + 120
+        while len(found) < len(backfilled) and time.time() < until:  # the scheduler creates them
+            time.sleep(2)
+            found = [r for r in af.dag_runs(dag_id("fixed")) if r["run_type"] == "backfill"]
+        out["fixed"]["backfill_runs"] = [af.wait_for_run(dag_id("fixed"), r["dag_run_id"], timeout=400)
+                                         for r in found]
+        out["fixed"]["deadlines"] = af.sql("SELECT r.run_id, r.run_type, d.deadline_time, d.missed FROM deadline d "
+                                           "JOIN dag_run r ON r.id = d.dagrun_id WHERE r.dag_id = ?",
+                                           (dag_id("fixed"),))
     return out
 
 
 @pytest.fixture(scope="module")
-def fixed(tmp_path_factory, tpch):
-    return run_window(tmp_path_factory.mktemp("e2e"), tpch, "fixed", backfill=True)
+def fixed(runs):
+    return runs["fixed"]
 
 
 @pytest.fixture(scope="module")
-def slower(tmp_path_factory, tpch):
-    return run_window(tmp_path_factory.mktemp("e2e"), tpch, "slower")
+def slower(runs):
+    return runs["slower"]
 
 
 @pytest.fixture(scope="module")
-def late(tmp_path_factory, tpch):
-    return run_window(tmp_path_factory.mktemp("e2e"), tpch, "late")
+def late(runs):
+    return runs["late"]
 
 
 def window(run, start):
@@ -146,7 +194,7 @@ def window(run, start):
     from airflow_iqp.window.batch import Batch
     from airflow_iqp.window.replan import effective
 
-    ws = open_store(run["data"] / "state").window("cq2", wid(start))
+    ws = open_store(run["data"] / "state").window("cq2_" + run["profile"], wid(start))
     plan = ws.doc("plan")
     # A claim re-plans the rest of the window once the cost history has grown (a batch of
     # it finished): its batches are as the newest re-plan has them, as the UI shows them.
