@@ -1,5 +1,5 @@
 """Own data end to end: a user's SQL over CSV files of the writer's own naming, with no
-``units=``, through real Airflow processes and real spark-submit.
+``units=``, through real Airflow processes and a real Spark Connect server.
 
 Three consecutive windows of 60 s. A writer drops CSV files at a varying rate, each written
 under an in-flight name and renamed, next to ``.crc`` checksums and a ``_SUCCESS`` marker.
@@ -10,7 +10,7 @@ equal DuckDB over the window's files, meet its deadline, and claim every file on
 ``late="merge"`` the third window's run merges the second window's late files into its
 result: revision 2 equals DuckDB over all 19 files.
 
-In the same Airflow, beside it, two DAGs on a Spark Connect server read writers that know
+In the same Airflow, beside it, two DAGs on the same server read writers that know
 nothing of the DAGs' grid (tests/e2e/dags/iqp_layouts.py), neither with a cost hint: one
 drops files into one flat directory, the other into minute partitions named by its own
 clock, both at random times across the three windows' boundaries. Each file must be counted
@@ -41,7 +41,7 @@ from tests.support.reference import assert_same_rows  # noqa: E402
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
 W = 60            # window length, s
-OFFSET = 150      # deadline after the window's end, s: a spark-submit batch and merge, while the
+OFFSET = 90       # deadline after the window's end, s: the last batch and the merge, while the
                   # three DAGs' tasks and Spark jobs share the machine at every window's end
 COUNTS = (12, 16, 10)  # files in the windows: the second 30 % more than the first predicts
 LATE = 3          # files landing in the second window's directory after its last claim

@@ -1,9 +1,12 @@
 """A user's SQL over their own CSV files, with no ``Arrival(units=...)``: the end-to-end test's DAG
-(tests/e2e/test_own_data.py). Windows, rate hint and deadline come from the environment."""
+(tests/e2e/test_own_data.py). Windows, rate hint and deadline come from the environment. It
+runs on the Spark Connect server of ``spark_connect_default``, as the test's other DAGs do:
+their jobs share one JVM instead of starting one each at every window's end."""
 
 import os
 from datetime import datetime, timedelta
 
+from airflow_iqp.backends import SparkConnect
 from airflow_iqp.dag_factory import iqp_dag
 from airflow_iqp.options import Algorithm1, Arrival
 from airflow_iqp.streams import Stream
@@ -26,5 +29,5 @@ dag = iqp_dag(
                     lateness=float(os.environ.get("IQP_LATENESS_S", "0"))),
     cut=Algorithm1(cost_hint={"kind": "linear", "per_unit": 0.1, "per_batch": 20},
                    final_agg_hint={"kind": "linear", "base": 20.0, "per_batch": 0.5}),
-    anchor=ANCHOR, end_date=END,
+    backend=SparkConnect(), anchor=ANCHOR, end_date=END,
 )
