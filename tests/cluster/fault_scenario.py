@@ -57,8 +57,9 @@ def dag_specs(t0: float) -> dict[str, dict]:
         # after f_conn's scheduler fault: a run created while the scheduler is down would start late
         "f_data": {**conn, "anchor": t0 + 110, "window": 60, "offset": 120, "units": 8, "retries": 3,
                    "on_bad_unit": "quarantine"},
-        # a first window that is empty: its stream's columns are declared (none was recorded yet)
-        "f_empty": {"backend": "spark-connect", "anchor": t0 + 110, "window": 30, "offset": 30, "rate": 0.1,
+        # a first window that is empty: its stream's columns are declared (none was recorded yet);
+        # its deadline leaves room for a merge beside the phase's other faults, and ends before f_data's
+        "f_empty": {"backend": "spark-connect", "anchor": t0 + 110, "window": 30, "offset": 90, "rate": 0.1,
                     "schema": "ts TIMESTAMP, user_id BIGINT, country STRING, amount DOUBLE, qty INT"},
         "f_tight": {"backend": "spark-connect", "anchor": t0 + 110, "window": 30, "offset": 3, "rate": 0.1,
                     "cost_hint": {"kind": "linear", "per_unit": 0.5, "per_batch": 60.0}},
