@@ -78,19 +78,19 @@ class BatchOperator(OnBackend, BaseOperator):
 
     def render_template_fields(self, context, jinja_env=None) -> None:
         super().render_template_fields(context, jinja_env)
-        # ``batch`` stays the plan entry's JSON (``{{ task.batch.label }}`` reads its label),
-        # as the window's newest re-plan has it once its wait has claimed: the label the
-        # wait shows, and the planned cost that bounds the run.
-        batch = effective(self._entry())
-        self.batch = {**self.batch, "label": batch.label}
-        self.execution_timeout = self.timeout_for(batch)
+        # ``batch`` stays a plan entry's JSON (``{{ task.batch.label }}`` reads its label):
+        # the entry as the window's newest re-plan has it once its wait has claimed, read
+        # here once for the run. Its label is the one the wait shows; its planned cost
+        # bounds the run.
+        self.batch = effective(self._entry()).to_dict()
+        self.execution_timeout = self.timeout_for(self._entry())
 
     def timeout_for(self, batch: Batch) -> dt.timedelta:
         """The batch's execution_timeout: three times its planned cost plus the backend's start-up."""
         return dt.timedelta(seconds=max(BATCH_TIMEOUT_MIN_S, self.backend_class.timeout_overhead + 3 * batch.cost))
 
     def execute(self, context) -> dict:
-        batch = effective(self._entry())
+        batch = self._entry()
         state = IQPStateHook(batch.state_dir)
         ws = state.window_of(batch)
         claim = ws.claim_of(batch.index)
