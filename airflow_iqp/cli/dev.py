@@ -112,7 +112,10 @@ def stack_settings(home: Path, dags: Path, port: int, *, paused: bool = False) -
         "SCHEDULER__ENABLE_HEALTH_CHECK": "False",
         "DAG_PROCESSOR__REFRESH_INTERVAL": "2",
         "DAG_PROCESSOR__BUNDLE_REFRESH_CHECK_INTERVAL": "1",
-        "DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "2",
+        # Airflow's own default. A file that changes is parsed again at once all the same (the
+        # dag-processor queues files by modification time); re-parsing unchanged files every few
+        # seconds takes CPU that the Spark jobs beside it need.
+        "DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
         "DAG_PROCESSOR__PARSING_PROCESSES": "1",
         "DAG_PROCESSOR__PRINT_STATS_INTERVAL": "0",
         "DAG_PROCESSOR__STALE_DAG_THRESHOLD": "30",
