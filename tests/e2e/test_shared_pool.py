@@ -1,7 +1,9 @@
 """Three query DAGs share one Spark slot (an Airflow pool of 1): ready batches run in EDF order.
 
 Real scheduler, dag-processor, triggerer and api-server: ``dag.test()`` ignores pools
-and priorities, so it cannot show this. The three DAGs (CQ1, CQ2, CQ3) have one window
+and priorities, so it cannot show this. The DAGs run on one real Spark Connect server: the
+order is the scheduler's, whichever backend the tasks then call, and six jobs in a row
+take seconds there against half a minute each as spark-submit JVMs. The three DAGs (CQ1, CQ2, CQ3) have one window
 each, opening at the same moment, with deadlines 180, 260 and 340 s after it ends; their
 batch tasks and final aggregations carry ``weight_rule=EDFPriority``. All of their input
 is there when the window opens, so all three batches are ready at once as the window ends
@@ -18,6 +20,7 @@ import shutil
 import sys
 import textwrap
 import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -43,7 +46,7 @@ DAGS = textwrap.dedent('''
     from airflow.providers.standard.operators.python import PythonOperator
 
     from airflow_iqp.dag_factory import iqp_dag
-    from airflow_iqp.backends import SparkSubmit
+    from airflow_iqp.backends import SparkConnect
     from airflow_iqp.options import Algorithm1, Arrival
 
     ANCHOR = datetime.fromisoformat("{anchor}")
@@ -56,7 +59,7 @@ DAGS = textwrap.dedent('''
             deadline_offset=timedelta(seconds=offset),
             arrival=Arrival(units={units}),
             cut=Algorithm1(cost_hint={{"kind": "linear", "per_unit": 0.1, "per_batch": 25}}),
-            backend=SparkSubmit(pool="spark", weight_rule="airflow_iqp.priority.EDFPriority"),
+            backend=SparkConnect(pool="spark", weight_rule="airflow_iqp.priority.EDFPriority"),
             anchor=ANCHOR,
             end_date=ANCHOR + timedelta(seconds=1),   # exactly one window
             max_active_runs=1,
@@ -67,6 +70,16 @@ DAGS = textwrap.dedent('''
 ''')
 
 
+@contextmanager
+def stop_after(port: int, base: Path):
+    from airflow_iqp.spark.connect import stop_server
+
+    try:
+        yield
+    finally:
+        stop_server(port, base=base)
+
+
 def ts(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
@@ -75,8 +88,18 @@ def ts(value: str) -> float:
 def runs(tmp_path_factory):
     from airflow_iqp.inputs.tpch import generate
 
+    from airflow_iqp.cli.dev import free_port
+    from airflow_iqp.spark.connect import start_server
+
     data = tmp_path_factory.mktemp("pool")
     generate(0.01, UNITS, data / "tpch")
+    port = free_port()
+    start_server(port, base=data / "connect", driver_memory="1g")
+    with stop_after(port, data / "connect"):
+        return run_window(data, port)
+
+
+def run_window(data: Path, port: int) -> dict:
     anchor = (int(time.time()) // 10) * 10 + 90
     wid = datetime.fromtimestamp(anchor, timezone.utc).strftime("%Y%m%dT%H%M%S")
     for query in OFFSETS:
@@ -86,7 +109,8 @@ def runs(tmp_path_factory):
     (dags / "shared_pool.py").write_text(DAGS.format(
         anchor=datetime.fromtimestamp(anchor, timezone.utc).isoformat(), offsets=OFFSETS, data=data, units=UNITS,
         window=W, busy=W + BUSY_AFTER_END))
-    env = {"AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[*]"}),
+    env = {"AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps({"conn_type": "spark_connect", "host": "127.0.0.1",
+                                                            "port": port}),
            "AIRFLOW__IQP__STATE_DIR": str(data / "state")}
     out = {"anchor": anchor, "data": data, "wid": wid}
     with airflow_env(dags, extra_env=env) as af:
