@@ -232,7 +232,10 @@ def test_fixed_profile_batches_claim_their_units_in_time_and_meet_the_deadline(f
         claim = claims[b["index"]]
         cumulative += len(claim["units"])
         assert cumulative >= b["cumulative"], (b["index"], cumulative, b["cumulative"])
-        assert claim["claimed_at"] <= b["latest_start_ts"], (b["index"], claim["claimed_at"] - b["latest_start_ts"])
+        # Within a second, as for the slower profile: a claim comes after the trigger fires and
+        # the task resumes, and a re-plan can leave the last batch's latest start at its ready
+        # time, the window's end, before which it never claims.
+        assert claim["claimed_at"] <= b["latest_start_ts"] + 1.0, (b["index"], claim["claimed_at"] - b["latest_start_ts"])
     assert sorted(claimed_once(claims)) == [u.name for u in fixed["units"]]
     check_result(fixed, ws, claimed_once(claims))
     assert report["deadline_met"] and report["finished_ts"] <= plan["deadline"]
