@@ -25,11 +25,7 @@ fi
 
 mkdir -p "$ROOT/var"
 REST_LOG="$ROOT/var/test-rest.log"
-# A session of its own, whose scheduler autogroup gets nice 19 too: where the kernel groups
-# processes by session (sched_autogroup), a process's own nice counts only inside its group,
-# and the Airflow and Spark processes of the first lane each run in sessions of their own.
-setsid -w bash -c 'echo 19 >/proc/self/autogroup 2>/dev/null || true
-exec nice -n 19 ionice -c 3 python -m pytest -m "not airflow" -p no:cacheprovider "$@"' lane >"$REST_LOG" 2>&1 &
+nice -n 19 ionice -c 3 python -m pytest -m "not airflow" -p no:cacheprovider >"$REST_LOG" 2>&1 &
 rest=$!
 trap 'kill "$rest" 2>/dev/null || true' EXIT
 
