@@ -7,10 +7,12 @@
 # The whole suite runs in two lanes at the same time:
 #   * the suites that run real Airflow processes (marker `airflow`: tests/e2e, then
 #     tests/cluster), which mostly wait for live windows to open, fill and close;
-#   * everything else, beside them at the lowest CPU and I/O priority (nice 19, idle I/O
-#     class): it takes only what the live windows leave idle, so their deadlines see the
-#     machine as if they were alone on it. Its output goes to var/test-rest.log and is
-#     printed after the first lane's.
+#   * everything else, beside them at nice 19 and in the idle I/O class. Where the kernel
+#     groups processes by session (sched_autogroup), nice counts only inside the group,
+#     and the first lane's Airflow and Spark processes each run in sessions of their own:
+#     there the second lane takes about one group's share of the CPU beside them, which
+#     the live windows' deadlines leave room for. Its output goes to var/test-rest.log and
+#     is printed after the first lane's.
 # The e2e suites come first: the cluster suites keep both cores busy, and by then the
 # second lane is done.
 set -euo pipefail
