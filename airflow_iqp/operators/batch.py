@@ -82,8 +82,9 @@ class BatchOperator(OnBackend, BaseOperator):
         # the entry as the window's newest re-plan has it once its wait has claimed, read
         # here once for the run. Its label is the one the wait shows; its planned cost
         # bounds the run.
-        self.batch = effective(self._entry()).to_dict()
-        self.execution_timeout = self.timeout_for(self._entry())
+        batch = effective(self._entry())
+        self.batch = batch.to_dict()
+        self.execution_timeout = self.timeout_for(batch)
 
     def timeout_for(self, batch: Batch) -> dt.timedelta:
         """The batch's execution_timeout: three times its planned cost plus the backend's start-up."""
