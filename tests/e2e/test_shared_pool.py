@@ -3,8 +3,8 @@
 Real scheduler, dag-processor, triggerer and api-server: ``dag.test()`` ignores pools
 and priorities, so it cannot show this. The DAGs run on one real Spark Connect server: the
 order is the scheduler's, whichever backend the tasks then call, and six jobs in a row
-take seconds there against half a minute each as spark-submit JVMs. The three DAGs (CQ1, CQ2, CQ3) have one window
-each, opening at the same moment, with deadlines 180, 260 and 340 s after it ends; their
+take seconds there against half a minute each as spark-submit JVMs. The three DAGs
+(CQ1, CQ2, CQ3) have one window each, opening at the same moment, with deadlines 180, 260 and 340 s after it ends; their
 batch tasks and final aggregations carry ``weight_rule=EDFPriority``. All of their input
 is there when the window opens, so all three batches are ready at once as the window ends
 (a last batch does not fire before). A blocker task holds the pool's slot from before the
@@ -20,7 +20,6 @@ import shutil
 import sys
 import textwrap
 import time
-from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -70,16 +69,6 @@ DAGS = textwrap.dedent('''
 ''')
 
 
-@contextmanager
-def stop_after(port: int, base: Path):
-    from airflow_iqp.spark.connect import stop_server
-
-    try:
-        yield
-    finally:
-        stop_server(port, base=base)
-
-
 def ts(value: str) -> float:
     return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
@@ -89,14 +78,16 @@ def runs(tmp_path_factory):
     from airflow_iqp.inputs.tpch import generate
 
     from airflow_iqp.cli.dev import free_port
-    from airflow_iqp.spark.connect import start_server
+    from airflow_iqp.spark.connect import start_server, stop_server
 
     data = tmp_path_factory.mktemp("pool")
     generate(0.01, UNITS, data / "tpch")
     port = free_port()
     start_server(port, base=data / "connect", driver_memory="1g")
-    with stop_after(port, data / "connect"):
+    try:
         return run_window(data, port)
+    finally:
+        stop_server(port, base=data / "connect")
 
 
 def run_window(data: Path, port: int) -> dict:
