@@ -13,8 +13,8 @@
 #     there the second lane takes about one group's share of the CPU beside them, which
 #     the live windows' deadlines leave room for. Its output goes to var/test-rest.log and
 #     is printed after the first lane's.
-# The e2e suites come first: the cluster suites keep both cores busy, and by then the
-# second lane is done.
+# The e2e suites come first: they leave the second lane the most idle CPU, and the cluster
+# suites, which keep both cores busy, come once most of it is done.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 # The cluster tests run a throw-away PostgreSQL: install it where it is missing.
