@@ -13,6 +13,9 @@
 #     there the second lane takes about one group's share of the CPU beside them, which
 #     the live windows' deadlines leave room for. Its output goes to var/test-rest.log and
 #     is printed after the first lane's.
+# The first lane's output is also kept in var/test-airflow.log, and its summary (what
+# failed, errored or was skipped, and the counts) is printed again at the very end, so
+# that the tail of the output names every lane's failures.
 # The e2e suites come first: they leave the second lane the most idle CPU, and the cluster
 # suites, which keep both cores busy, come once most of it is done.
 set -euo pipefail
@@ -27,12 +30,15 @@ fi
 
 mkdir -p "$ROOT/var"
 REST_LOG="$ROOT/var/test-rest.log"
+LIVE_LOG="$ROOT/var/test-airflow.log"
 nice -n 19 ionice -c 3 python -m pytest -m "not airflow" -p no:cacheprovider >"$REST_LOG" 2>&1 &
 rest=$!
 trap 'kill "$rest" 2>/dev/null || true' EXIT
 
-live=0
-python -m pytest -m airflow tests/e2e tests/cluster || live=$?
+set +e
+python -m pytest -m airflow tests/e2e tests/cluster 2>&1 | tee "$LIVE_LOG"
+live=${PIPESTATUS[0]}
+set -e
 rest_rc=0
 wait "$rest" || rest_rc=$?
 trap - EXIT
@@ -40,6 +46,13 @@ trap - EXIT
 echo
 echo "==== the rest of the suite (not marked airflow), run beside the above: $REST_LOG ===="
 cat "$REST_LOG"
+echo
+echo "==== the airflow suites' summary again (whole output above and in $LIVE_LOG) ===="
+if grep -q "short test summary info" "$LIVE_LOG"; then
+    sed -n '/short test summary info/,$p' "$LIVE_LOG"
+else
+    tail -n 1 "$LIVE_LOG"
+fi
 echo "==== airflow suites: exit $live; the rest: exit $rest_rc ===="
 if [ "$live" -ne 0 ]; then exit "$live"; fi
 exit "$rest_rc"
