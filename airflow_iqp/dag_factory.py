@@ -124,6 +124,8 @@ def iqp_dag(*, sql: str | None = None, name: str | None = None, query: str | Que
     backend = expect(backend, Backend, "backend", typed_choices())
     alerts = expect(alerts, Alerts, "alerts", "Alerts(...)")
     q, stream_list, landing = _query_and_streams(query, sql, name, streams, static, isinstance(cut, OneBatch))
+    # streams='<path>' names the directory each window's TPC-H units land in, templated or not.
+    per_window = True if isinstance(streams, str) else None
     if q.single_batch and not isinstance(cut, OneBatch):
         raise ConfigError(f"query {q.id} cannot be split: run it with cut=OneBatch()", "cut")
     query = q.id
@@ -142,7 +144,7 @@ def iqp_dag(*, sql: str | None = None, name: str | None = None, query: str | Que
         # A retried plan task plans its window again, and stores that plan in place of its own.
         plan = BatchPlanOperator(
             task_id="plan", query=q, landing=landing, static=static, state_dir=state_dir,
-            streams=[st.to_dict() for st in stream_list] if stream_list else None,
+            streams=[st.to_dict() for st in stream_list], per_window=per_window,
             arrival=arrival, cut=cut, backend=backend, on_deadline_risk=alerts.on_risk,
             retries=backend.retries, retry_delay=dt.timedelta(seconds=5))
         spark = {**backend.task_kwargs(), "backend": backend, "retry_delay": dt.timedelta(seconds=5)}
@@ -170,8 +172,9 @@ def iqp_dag(*, sql: str | None = None, name: str | None = None, query: str | Que
 
 
 def _query_and_streams(query, sql, name, streams, static, allow_single_batch):
-    """The Query, the streams it reads (None: the TPC-H layout) and its landing path."""
+    """The Query, the streams it reads and its landing path."""
     from airflow_iqp.query.catalogue import get_query
+    from airflow_iqp.query.store import catalogued
 
     if (query is None) == (sql is None):
         raise ConfigError("give the query as sql=... (with streams=) or as query=... (a catalogue id or a Query), "
@@ -194,8 +197,8 @@ def _query_and_streams(query, sql, name, streams, static, allow_single_batch):
                           schemas=check, allow_single_batch=allow_single_batch)
     elif isinstance(query, str):
         query = get_query(query)
-        if isinstance(streams, str):  # the TPC-H layout: a directory per unit
-            return query, None, streams
+        if isinstance(streams, str):  # the layout of `airflow-iqp tpch`: a directory per unit
+            return query, list(catalogued(query.id, streams).streams), streams
         if streams is None:
             raise ConfigError(f"query {query.id}: give streams='<landing path>' (where each window's TPC-H units "
                               f"land) or streams={{'table': '<landing path>'}}", "streams")

@@ -3,7 +3,7 @@
 A unit file is bad when it is missing, cannot be read as its stream's format (a corrupt
 file, a CSV row with the wrong number of fields), or lacks a column of its stream or holds
 one with another type (a value that does not convert, in CSV or JSON). The columns are the
-stream's declared schema, TPC-H's, or those of the window's first readable unit, recorded
+stream's declared schema, or those of the window's first readable unit, recorded
 for every later batch and window (:func:`expected_columns`).
 
 A batch's files are checked when it claims them (:func:`check_claim`), before any Spark job
@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from airflow_iqp.errors import ConfigError, DataError
-from airflow_iqp.inputs.tpch import SCHEMAS
 from airflow_iqp.paths import is_local, local_path
 from airflow_iqp.streams import Stream, arrow_type, ddl_columns, file_schema, stream_of
 from airflow_iqp.streams import spark_type as spark_type_of
@@ -52,22 +51,16 @@ class FileInfo:
     bytes: int | None
 
 
-def is_tpch(stream: Stream) -> bool:
-    return stream.unit == "dir" and stream.name in SCHEMAS and stream.schema is None
-
-
 def expected_columns(stream: Stream, files: str | Sequence[str], record=None) -> dict[str, str]:
     """The columns (name -> Spark type) every unit file of ``stream`` must have.
 
-    Declared (``stream.schema``), TPC-H's, or taken from a unit: the first of ``files``
+    Declared (``stream.schema``), or taken from a unit: the first of ``files``
     (the window's claimed files in batch order, then the batch's own) that can be read;
     a corrupt file is skipped, for the file check to name it. With ``record`` (the
     query's :class:`~airflow_iqp.store.QueryState`) the first batch that needs it takes it
     so and records it, and every later batch and window checks against that record, so all
     partials agree on their columns' types.
     """
-    if is_tpch(stream):
-        return dict(SCHEMAS[stream.name])
     if stream.schema:
         return ddl_columns(stream.schema)
     files = [files] if isinstance(files, str) else list(files)

@@ -175,15 +175,11 @@ class Unit:
         return Path(self.path) / name
 
 
-#: The TPC-H layout of ``airflow-iqp tpch``: each unit a directory with orders.parquet and lineitem.parquet.
-TPCH = (Stream("orders", unit="dir"), Stream("lineitem", unit="dir"))
-
-
 def as_streams(spec) -> tuple[Stream, ...]:
     """Streams from what a DAG author or the CLI gives: Stream objects, a mapping
-    name -> landing path (or -> Stream), or None for the TPC-H layout."""
-    if spec is None:
-        return TPCH
+    name -> landing path (or -> Stream), or their ``to_dict()`` forms."""
+    if not spec:
+        raise ConfigError("no streams declared: give streams={'table': '<landing path>'}", field="streams")
     if isinstance(spec, Stream):
         return (spec,)
     if isinstance(spec, Mapping):
@@ -216,7 +212,8 @@ def is_hidden(name: str) -> bool:
 
 def files_of(units: Iterable, streams: Sequence[Stream]) -> list[str]:
     """The files of the given units for the given streams, unit by unit in stream order
-    (a :class:`Unit` knows them; a plain path is read as a TPC-H unit directory or a file)."""
+    (a :class:`Unit` knows them; a plain path is read as a unit directory of the streams'
+    files, or as a file)."""
     out = []
     for u in units:
         if isinstance(u, Unit):

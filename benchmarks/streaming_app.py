@@ -49,12 +49,12 @@ def main(argv=None) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from airflow_iqp.inputs.tpch import schema_ddl
+    from airflow_iqp.inputs.tpch import schema_ddl, streams_at
     from airflow_iqp.query.catalogue import get_query
     from airflow_iqp.spark.steps import read_static, run_batch, write_atomic
-    from airflow_iqp.streams import TPCH, files_of
+    from airflow_iqp.streams import files_of
 
-    tpch = {s.name: s for s in TPCH}
+    tpch = {s.name: s for s in streams_at()}
 
     spark = SparkSession.builder.appName(f"iqp-bench-{args.name}").getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
                 if not files:
                     return
                 units = sorted({Path(urlparse(f).path).parent for f in files})
-                part = run_batch(spark, q, files_of(units, [tpch[s] for s in q.streams]), args.static)
+                part = run_batch(spark, q.id, files_of(units, [tpch[s] for s in q.streams]), args.static)
                 part.write.mode("overwrite").parquet(str(qout / "partials" / f"epoch-{epoch:06d}"))
                 with lock:
                     seen_units[q.id].update(u.name for u in units)

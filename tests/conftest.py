@@ -30,7 +30,7 @@ def tpch_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def units(tpch_dir) -> list[Path]:
     from airflow_iqp.landing import list_units
-    from airflow_iqp.streams import TPCH
+    from tests.support.batches import TPCH
 
     found = list_units(tpch_dir / "units", TPCH)
     assert len(found) == N_UNITS

@@ -18,6 +18,7 @@ from airflow_iqp import backends
 from airflow_iqp.backends import BACKENDS, Backend, SparkConnect, SparkSubmit
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.window.config import QueryConfig
+from tests.support.batches import TPCH_STREAMS
 
 ROOT = Path(airflow_iqp.__file__).parent
 #: What only the backends' own modules may compare with or dispatch on: a backend's name,
@@ -88,7 +89,7 @@ def test_no_module_outside_the_backends_tells_backends_apart_by_name():
 def test_each_backend_is_registered_under_its_own_name_the_default_first():
     assert backends.names() == ("spark-submit", "spark-connect")
     assert all(BACKENDS[name].name == name for name in BACKENDS)
-    assert QueryConfig(query="q", landing="/l", state_dir="/s").backend == backends.names()[0]
+    assert QueryConfig(query="q", landing="/l", state_dir="/s", streams=TPCH_STREAMS).backend == backends.names()[0]
 
 
 def test_the_package_exports_the_registered_classes():
@@ -119,7 +120,7 @@ def test_a_name_or_a_typed_object_finds_its_class():
 
 def test_the_runtime_config_refuses_an_unknown_backend_through_the_registry():
     with pytest.raises(ConfigError) as err:
-        QueryConfig(query="q", landing="/l", state_dir="/s", backend="spark")
+        QueryConfig(query="q", landing="/l", state_dir="/s", streams=TPCH_STREAMS, backend="spark")
     assert err.value.field == "backend" and "spark-submit, spark-connect" in str(err.value)
 
 
@@ -161,7 +162,8 @@ def test_a_third_backend_is_its_class_and_one_entry_of_the_registry(monkeypatch)
         default_cost: ClassVar[dict] = {"kind": "linear", "per_unit": 0.3, "per_batch": 40.0}
 
     monkeypatch.setitem(BACKENDS, SparkOnKubernetes.name, SparkOnKubernetes)
-    cfg = QueryConfig(query="q", landing="/l", state_dir="/s", **SparkOnKubernetes(fuse_tail=True).query_config())
+    cfg = QueryConfig(query="q", landing="/l", state_dir="/s", streams=TPCH_STREAMS,
+                      **SparkOnKubernetes(fuse_tail=True).query_config())
     assert backends.get(cfg.backend) is SparkOnKubernetes
     assert "SparkOnKubernetes(...)" in backends.typed_choices()
     assert SparkOnKubernetes.runner().backend is SparkOnKubernetes

@@ -99,7 +99,9 @@ def test_a_setting_given_as_a_string_names_the_object_to_give(kwargs, field):
 def test_a_catalogued_query_lands_where_its_streams_string_says():
     dag = iqp_dag(query="cq2", streams="/data/landing/{{ ds }}", static="/data/static", **COMMON)
     plan = dag.get_task("plan")
-    assert plan.landing == "/data/landing/{{ ds }}" and plan.streams is None and plan.units == 10
+    assert plan.landing == "/data/landing/{{ ds }}" and plan.per_window and plan.units == 10
+    assert [(s["name"], s["path"], s["unit"]) for s in plan.streams] == [
+        ("orders", "/data/landing/{{ ds }}", "dir"), ("lineitem", "/data/landing/{{ ds }}", "dir")]
     with pytest.raises(ConfigError) as err:
         iqp_dag(query="cq2", static="/data/static", **COMMON)
     assert err.value.field == "streams"

@@ -14,6 +14,7 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.backends import Backend, SparkConnect, SparkSubmit
 from airflow_iqp.options import Alerts, Algorithm1, Arrival, Cut, MinBatches, OneBatch
 from airflow_iqp.window.config import QueryConfig
+from tests.support.batches import TPCH_STREAMS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -120,7 +121,7 @@ def query_config(*parts) -> QueryConfig:
     kwargs = {}
     for part in parts:
         kwargs.update(part.query_config())
-    return QueryConfig(query="q", landing="/d", state_dir="/s", **kwargs)
+    return QueryConfig(query="q", landing="/d", state_dir="/s", streams=TPCH_STREAMS, **kwargs)
 
 
 def test_arrival_yields_its_part_of_the_query_config():
@@ -157,7 +158,7 @@ def test_one_batch_yields_one_batch_mode_and_keeps_its_cost_hints():
 
 def test_the_defaults_are_the_query_configs():
     """Every default here equals the runtime's, so that a plan is the same either way."""
-    defaults = QueryConfig(query="q", landing="/d", state_dir="/s")
+    defaults = QueryConfig(query="q", landing="/d", state_dir="/s", streams=TPCH_STREAMS)
     assert query_config(Arrival(), Algorithm1(), SparkSubmit()) == defaults
     mb = query_config(MinBatches())
     assert (mb.rsf, mb.c_max, mb.max_batches) == (defaults.rsf, defaults.c_max, defaults.max_batches)

@@ -34,7 +34,7 @@ from airflow_iqp.store.files import atomic_write_json, replace_dir, temp_sibling
 from airflow_iqp.landing import list_units
 from airflow_iqp.streams import Stream
 from airflow_iqp.window.batch import Batch
-from tests.support.batches import make_batch
+from tests.support.batches import TPCH_STREAMS, make_batch
 from tests.support.tasks import rewrite_claim
 
 TOKEN = "s3cr3t+token/with=odd&chars-7f2a9c"
@@ -116,7 +116,8 @@ def test_nothing_in_the_state_directory_is_world_readable(tmp_path, umask):
 
     state = tmp_path / "a" / "state"  # its parents are made by the state layer too
     BatchPlanOperator(task_id="plan", query="cq2", landing=str(tmp_path / "landing"), state_dir=str(state),
-                      deadline_offset=dt.timedelta(seconds=100), arrival=Arrival(units=24, rate=1.0),
+                      streams=TPCH_STREAMS, per_window=True, deadline_offset=dt.timedelta(seconds=100),
+                      arrival=Arrival(units=24, rate=1.0),
                       cut=Algorithm1(cost_hint={"kind": "linear", "per_unit": 0.6, "per_batch": 25},
                                      final_agg_hint={"kind": "linear", "base": 25, "per_batch": 0.5}),
                       ).execute(context(TI("plan"), end=START + dt.timedelta(minutes=4)))
@@ -186,7 +187,7 @@ def test_a_name_that_could_leave_its_directory_is_refused_at_every_entry_point(b
     refused("batch.window_id", Batch.from_dict, {**make_batch().to_dict(), "window_id": bad})
     refused("units", open_store(tmp_path).window("q", "w").claim, 0, [bad], [])
     refused("static", static_path, str(tmp_path / "static"), bad)
-    if bad:  # an empty name is the default stream name (the TPC-H layout)
+    if bad:  # an empty name is a Stream's until the key of streams={...} names it
         refused("streams", Stream, name=bad)
         refused("streams", Query, id="q", streams=(bad,))
     refused("static", Query, id="q", streams=("orders",), static=(bad,))
@@ -307,7 +308,8 @@ def test_no_connection_secret_reaches_the_logs_or_the_state_directory(tmp_path, 
     with caplog.at_level(logging.DEBUG):
         entries = BatchPlanOperator(
             task_id="plan", query="cq2", landing=str(tmp_path / "landing"), state_dir=str(state),
-            deadline_offset=dt.timedelta(seconds=100), arrival=Arrival(units=24, rate=1.0), backend=SparkConnect(),
+            streams=TPCH_STREAMS, per_window=True, deadline_offset=dt.timedelta(seconds=100),
+            arrival=Arrival(units=24, rate=1.0), backend=SparkConnect(),
             cut=Algorithm1(cost_hint={"kind": "linear", "per_unit": 0.6, "per_batch": 25},
                            final_agg_hint={"kind": "linear", "base": 25, "per_batch": 0.5}),
         ).execute(context(TI("plan"), end=START + dt.timedelta(minutes=4)))

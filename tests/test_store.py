@@ -14,7 +14,8 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.landing import list_units
 from airflow_iqp.store import ClaimError, open_store, window_at
 from airflow_iqp.store.files import atomic_write_json, replace_dir, temp_sibling
-from airflow_iqp.streams import TPCH, files_of
+from airflow_iqp.streams import files_of
+from tests.support.batches import TPCH
 
 
 def test_paths_follow_the_layout(tmp_path):

@@ -11,7 +11,8 @@ import pytest
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.landing import count_names, list_units
-from airflow_iqp.streams import TPCH, Stream, as_streams, files_of
+from airflow_iqp.streams import Stream, as_streams, files_of
+from tests.support.batches import TPCH
 
 
 def _age(path: Path, seconds: float) -> None:

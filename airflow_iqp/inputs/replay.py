@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Callable
 
 from airflow_iqp.errors import ConfigError
+from airflow_iqp.inputs.tpch import streams_at
 from airflow_iqp.landing import list_units
-from airflow_iqp.streams import TPCH
 
 
 def source_units(source: str | os.PathLike) -> list[Path]:
@@ -18,7 +18,7 @@ def source_units(source: str | os.PathLike) -> list[Path]:
     source = Path(source)
     if not source.is_dir():
         raise ConfigError(f"{source} is not a directory", field="from")
-    units = list_units(source / "units" if (source / "units").is_dir() else source, TPCH)
+    units = list_units(source / "units" if (source / "units").is_dir() else source, streams_at(source))
     if not units:
         raise ConfigError(f"{source} holds no complete units (expected units/<i>/orders.parquet and lineitem.parquet)",
                           field="from")

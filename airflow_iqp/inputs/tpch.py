@@ -23,6 +23,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from airflow_iqp.errors import ConfigError, DataError
+from airflow_iqp.streams import Stream
 
 STREAMS = ("orders", "lineitem")
 STATIC_TABLES = ("customer", "nation", "region", "part", "partsupp", "supplier")
@@ -51,6 +52,13 @@ DEFAULT_WINDOW_START = "2026-01-01T00:00:00+00:00"
 def schema_ddl(stream: str) -> str:
     """The Spark DDL schema string of a stream's TPC-H columns."""
     return ", ".join(f"{c} {t}" for c, t in SCHEMAS[stream])
+
+
+def streams_at(landing: str | os.PathLike = "") -> tuple[Stream, ...]:
+    """The two streams of the layout :func:`generate` writes, landing in ``landing``: each
+    unit a directory holding ``orders.parquet`` and ``lineitem.parquet``, of TPC-H's columns.
+    The catalogue's queries read these."""
+    return tuple(Stream(name, path=str(landing), unit="dir", schema=schema_ddl(name)) for name in STREAMS)
 
 
 def unit_name(i: int, n_units: int) -> str:

@@ -56,8 +56,8 @@ class BatchPlanOperator(BaseOperator):
     template_fields: Sequence[str] = ("landing", "static", "state_dir")
     ui_color = "#f5e6c8"
 
-    def __init__(self, *, query: str | Query, landing: str, static: str | dict | None = None,
-                 streams: Sequence[dict] | None = None, state_dir: str | None = None,
+    def __init__(self, *, query: str | Query, landing: str, streams: Sequence[dict], static: str | dict | None = None,
+                 per_window: bool | None = None, state_dir: str | None = None,
                  arrival: Arrival = Arrival(), cut: Cut = Algorithm1(), backend: Backend = SparkSubmit(),
                  deadline_offset: dt.timedelta | None = None, on_deadline_risk: Any = None, **kwargs):
         super().__init__(**kwargs)
@@ -71,11 +71,13 @@ class BatchPlanOperator(BaseOperator):
         self.query = query.id if isinstance(query, Query) else query
         self.landing, self.static = landing, static
         # Whether the landing path names the window (a directory per window) is a property
-        # of the path as written, before Airflow renders it: a plain path of declared streams
-        # is a flat or partitioned layout, whose files belong to windows by their arrival. A
-        # catalogued query's TPC-H landing (no declared streams) is read as the directory given.
-        self.per_window = "{{" in str(landing) or "{%" in str(landing) or not streams
-        self.streams = tuple(streams) if streams else None
+        # of the path as written, before Airflow renders it: a plain path is a flat or
+        # partitioned layout, whose files belong to windows by their arrival, unless
+        # ``per_window`` says the directory given is the window's.
+        self.per_window = per_window if per_window is not None else "{{" in str(landing) or "{%" in str(landing)
+        if not streams:
+            raise ConfigError("no streams declared: give streams=[Stream(...).to_dict(), ...]", "streams")
+        self.streams = tuple(streams)
         self.state_dir = state_dir or config.state_dir()
         # QueryConfig's fields but the query, where it lands and the state directory.
         self.options = {**arrival.query_config(), **cut.query_config(), **backend.query_config()}

@@ -3,7 +3,8 @@
 The plan step (and ``run-window``) saves what the DAG declared: the split query, its
 streams' formats and schemas, and where its static tables are. The Spark jobs load it
 from there, so a job runs exactly what was planned and needs no decomposer (sqlglot) on
-the driver. A query id with no saved file is looked up in the catalogue.
+the driver. A query id with no saved file is looked up in the catalogue, whose queries
+read the streams of ``airflow-iqp tpch`` (:func:`catalogued`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Mapping
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.query.model import Query, check_query_id
-from airflow_iqp.streams import TPCH, Stream
+from airflow_iqp.streams import Stream
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class Saved:
     ``<table>.parquet``, or a mapping table -> path)."""
 
     query: Query
-    streams: tuple[Stream, ...] = TPCH
+    streams: tuple[Stream, ...]
     static: str | Mapping[str, str] | None = None
 
     def stream(self, name: str) -> Stream:
@@ -44,7 +45,7 @@ def save_query(store, saved: Saved) -> str:
 
 def load_query(qid: str, store=None) -> Saved:
     """The query saved for ``qid`` in ``store`` (a store or its location), else the catalogued
-    one on the TPC-H layout."""
+    one (:func:`catalogued`)."""
     if store is not None:
         from airflow_iqp.store import open_store
 
@@ -52,6 +53,14 @@ def load_query(qid: str, store=None) -> Saved:
         if doc is not None:
             return Saved(Query.from_dict(doc["query"]), tuple(Stream.from_dict(s) for s in doc["streams"]),
                          doc.get("static"))
+    return catalogued(qid)
+
+
+def catalogued(qid: str, landing: str = "", static: str | None = None) -> Saved:
+    """Catalogued query ``qid`` with the streams it reads: those of ``airflow-iqp tpch``
+    (:func:`airflow_iqp.inputs.tpch.streams_at`) landing in ``landing``, and its static
+    tables in ``static`` (a directory of ``<table>.parquet``)."""
+    from airflow_iqp.inputs.tpch import streams_at
     from airflow_iqp.query.catalogue import get_query
 
-    return Saved(get_query(qid))
+    return Saved(get_query(qid), streams_at(landing), static)

@@ -122,8 +122,6 @@ def execute_batch(spark, work: dict, *, backend: str, history: bool = True) -> d
 
 
 def _columns_unknown(saved: Saved, record) -> bool:
-    """Whether a stream the query reads has columns neither declared, TPC-H's, nor recorded."""
-    from airflow_iqp.filecheck import is_tpch
-
-    return any(not (s.schema or is_tpch(s)) and record.columns(s.name) is None
+    """Whether a stream the query reads has columns neither declared nor recorded."""
+    return any(not s.schema and record.columns(s.name) is None
                for s in saved.streams if s.name in saved.query.streams)

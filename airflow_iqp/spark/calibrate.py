@@ -37,7 +37,8 @@ from airflow_iqp.planning.models import PiecewiseLinearFinalAgg, fit_piecewise_l
 from airflow_iqp.query.catalogue import get_query
 from airflow_iqp.landing import list_units
 from airflow_iqp.store import WindowState, open_store
-from airflow_iqp.streams import TPCH, files_of
+from airflow_iqp.inputs.tpch import streams_at
+from airflow_iqp.streams import files_of
 
 GROWTH = (1, 2, 5)
 
@@ -76,8 +77,7 @@ def default_final_counts(n_batches: int) -> list[int]:
 
 def _tpch_files(units, query) -> list[str]:
     """The files of the query's TPC-H streams in ``units`` (unit directories)."""
-    tpch = {s.name: s for s in TPCH}
-    return files_of(units, [tpch[s] for s in query.streams])
+    return files_of(units, [s for s in streams_at() if s.name in query.streams])
 
 
 def _copy_window(src: WindowState, dst: WindowState, batches: Sequence[int]) -> None:
@@ -110,7 +110,7 @@ def calibrate(query_id: str, data: str | os.PathLike, runner, *, state_dir: str 
     landing, static = resolve_data(data)
     if query.static and static is None:
         raise ConfigError(f"query {query.id} needs static tables {', '.join(query.static)}", field="data")
-    units = list_units(landing, TPCH)
+    units = list_units(landing, streams_at(landing))
     sizes = list(sizes) if sizes else default_sizes(len(units))
     if len(set(sizes)) < 2 or any(int(s) != s or s < 1 for s in sizes):
         raise ConfigError(f"need two or more distinct batch sizes >= 1, got {sizes}", field="sizes")
@@ -197,7 +197,7 @@ def warm_up(runner, query_ids: Sequence[str], data: str | os.PathLike, *, rounds
     if int(rounds) != rounds or rounds < 1:
         raise ConfigError(f"must be a whole number >= 1, got {rounds!r}", field="rounds")
     landing, static = resolve_data(data)
-    units = list_units(landing, TPCH)
+    units = list_units(landing, streams_at(landing))
     if not units:
         raise DataError(f"{landing}: no units to warm the server with")
     queries = [get_query(q) for q in query_ids]

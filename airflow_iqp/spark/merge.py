@@ -155,7 +155,7 @@ def quarantined_units(ws: WindowState, batches, more=None) -> list[dict]:
 
 def empty_partial(spark, saved, ws: WindowState):
     """The partial of a window in which nothing landed: the batch step over no rows, with
-    each stream's declared (or TPC-H) columns, else those recorded from its first unit of an
+    each stream's declared columns, else those recorded from its first unit of an
     earlier window. The merge of it is the query over no input: no groups, or the one row of
     a global aggregate (``count(*)`` is 0). A stream whose columns are unknown yet (its
     first window is empty) needs ``Stream(schema=...)``: a ConfigError says so."""

@@ -14,8 +14,6 @@ from typing import Mapping, Sequence
 
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.filecheck import Inspection, inspect_files
-from airflow_iqp.filecheck import is_tpch as _is_tpch
-from airflow_iqp.inputs.tpch import schema_ddl
 from airflow_iqp.query.model import Query
 from airflow_iqp.query.store import Saved, load_query
 from airflow_iqp.paths import check_name, is_local, local_path, make_dirs
@@ -25,10 +23,10 @@ from airflow_iqp.streams import schema_ddl as columns_ddl
 
 
 def read_stream(spark, stream: Stream, files: Sequence[str], columns: Mapping[str, str] | None = None):
-    """A DataFrame of one stream's files: with the TPC-H stream's schema, the declared one,
-    or (csv, json) ``columns``, those the files were checked against; parquet and orc
-    files describe themselves."""
-    ddl = schema_ddl(stream.name) if _is_tpch(stream) else stream.schema
+    """A DataFrame of one stream's files: with the stream's declared schema, or (csv, json)
+    ``columns``, those the files were checked against; parquet and orc files describe
+    themselves."""
+    ddl = stream.schema
     if ddl is None and columns and (stream.format in ("csv", "json") or not files):
         ddl = columns_ddl(columns)
     if not files:
@@ -57,13 +55,16 @@ def read_static(spark, static, table: str):
     return (reader.option("header", "true").option("inferSchema", "true") if fmt == "csv" else reader).load(path)
 
 
-def as_saved(query: Saved | Query | str) -> Saved:
+def as_saved(query: Saved | str) -> Saved:
+    """A query with its streams: ``query`` itself, or the one saved (or catalogued) under that id."""
     if isinstance(query, Saved):
         return query
-    return Saved(query) if isinstance(query, Query) else load_query(query)
+    if isinstance(query, Query):
+        raise ConfigError(f"query {query.id}: give it with its streams, as a Saved(query, streams)", field="query")
+    return load_query(query)
 
 
-def run_batch(spark, query: Saved | Query | str, files: Sequence[str], static=None, *,
+def run_batch(spark, query: Saved | str, files: Sequence[str], static=None, *,
               inspection: Inspection | None = None, record=None):
     """One batch's partial result, a DataFrame, for the given input files.
 
@@ -89,7 +90,7 @@ def read_statics(spark, query: Query, static, names: Sequence[str]) -> dict:
     return {t: read_static(spark, static, t) for t in names}
 
 
-def run_final(spark, query: Saved | Query | str, partials, also=None, static=None):
+def run_final(spark, query: Saved | str, partials, also=None, static=None):
     """The final result, a DataFrame, from all partials of a window.
 
     ``partials`` is a list of partial parquet paths (or a DataFrame of their union);

@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 from airflow_iqp.backends.base import Backend
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.landing import list_units
-from airflow_iqp.query.store import Saved, load_query, save_query
+from airflow_iqp.query.store import Saved, catalogued, save_query
 from airflow_iqp.spark.batch import batch_work, work_args
 from airflow_iqp.spark.submit import build_pyfiles_zip, job_path, run_submit, submit_args
 from airflow_iqp.store import open_store
@@ -68,7 +68,7 @@ def run_window(query: str | Saved, data: str | os.PathLike | None, batches: int,
             raise ConfigError(f"{landing} is not a directory", field="stream")
     else:
         landing, static_dir = resolve_data(data, static)
-        saved = Saved(load_query(query).query, static=str(static_dir) if static_dir else None)
+        saved = catalogued(query, str(landing), str(static_dir) if static_dir else None)
     query = saved.query
     if query.static and saved.static is None:
         raise ConfigError(f"query {query.id} needs static tables {', '.join(query.static)}; give --static",

@@ -42,7 +42,7 @@ class Batch:
     backend: str
     label: str                 #: its name in the UI
     static: str | dict | None = None
-    streams: tuple[dict, ...] | None = None  #: ``Stream.to_dict()`` each; None: the TPC-H layout
+    streams: tuple[dict, ...] = dataclasses.field(kw_only=True)  #: ``Stream.to_dict()`` each
     backfill: bool = False
     known_total: bool = True   #: False: the window's total is estimated and re-planned
     grace: float = 0.0
@@ -60,6 +60,8 @@ class Batch:
     def __post_init__(self):
         check_name(self.query, "batch.query")  # both name state paths, the cluster's turn files too
         check_name(self.window_id, "batch.window_id")
+        if not self.streams:
+            raise ConfigError("a plan entry declares no streams", "batch.streams")
         if self.index < 1 or self.of < 1:
             raise ConfigError(f"batch index and count must be >= 1, got {self.index}/{self.of}", "batch")
 
@@ -84,7 +86,7 @@ class Batch:
             value = getattr(self, f.name)
             if f.name == "before":
                 value = [b.to_dict() for b in value]
-            elif f.name == "streams" and value is not None:
+            elif f.name == "streams":
                 value = list(value)
             out[f.name] = value
         return out
@@ -116,8 +118,7 @@ class Batch:
             if name in value and not isinstance(value[name], bool):
                 raise ConfigError(f"{name} must be true or false, got {value[name]!r}", "batch")
         data = dict(value)
-        if data.get("streams") is not None:
-            data["streams"] = tuple(data["streams"])
+        data["streams"] = tuple(data["streams"])
         data["before"] = tuple(cls.from_dict(b) for b in data.get("before") or ())
         if data.get("turn_ts") is None:
             data["turn_ts"] = 0.0

@@ -35,8 +35,8 @@ class QueryConfig:
     landing: str                 #: this window's landing directory (resolved)
     state_dir: str
     static: str | dict | None = None  #: a directory of <table>.parquet, or table -> path
-    #: The query's streams as ``Stream.to_dict()`` (None: the TPC-H layout): what a unit is.
-    streams: tuple | None = None
+    #: The query's streams as ``Stream.to_dict()``: where its units land and what one is.
+    streams: tuple = field(kw_only=True)
     # The settings below are the typed options' (airflow_iqp.options), flattened by their
     # ``query_config()``; each is documented there, with its default, once.
     units: int | None = _ARRIVAL.units            #: Arrival.units (None: estimated, checked at every batch)
@@ -64,6 +64,8 @@ class QueryConfig:
     dispatch: float = _BACKEND["dispatch"]        #: Backend.dispatch
 
     def __post_init__(self):
+        if not self.streams:
+            raise ConfigError("no streams declared: give streams={'table': '<landing path>'}", "streams")
         # The arrival's settings are checked where they are defined, once.
         options.Arrival(units=self.units, rate=self.rate, profile=self.profile, grace=self.grace, late=self.late,
                         lateness=self.lateness)
@@ -94,12 +96,11 @@ class QueryConfig:
         """Plain JSON, as ``plan.json`` keeps it: a claim re-plans with the models these
         settings give then (:func:`airflow_iqp.window.replan.refresh`)."""
         out = asdict(self)
-        out["streams"] = list(self.streams) if self.streams is not None else None
+        out["streams"] = list(self.streams)
         return out
 
     @classmethod
     def from_dict(cls, value: dict) -> "QueryConfig":
         data = dict(value)
-        if data.get("streams") is not None:
-            data["streams"] = tuple(data["streams"])
+        data["streams"] = tuple(data.get("streams") or ())
         return cls(**data)

@@ -234,7 +234,7 @@ def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, window_end:
             cumulative=b.cumulative, expected_total=cfg.units, last=b.index == k, ready_ts=ready,
             latest_start_ts=latest, cost=b.cost, remaining_cost=remaining, deadline_ts=deadline,
             landing=cfg.landing, state_dir=cfg.state_dir, static=cfg.static,
-            streams=tuple(cfg.streams) if cfg.streams else None, known_total=known, grace=cfg.grace,
+            streams=tuple(cfg.streams), known_total=known, grace=cfg.grace,
             backend=cfg.backend, backfill=backfill, cost_scale=cfg.cost_scale, turn_ts=turn,
             label=f"batch {b.index}/{k} · {b.units} units · ready {clock(ready)}",
         ))

@@ -75,7 +75,7 @@ def test_connect_then_submit_dag_in_one_process(tmp_path):
     from airflow_iqp.spark.connect import start_server, stop_server
     from airflow_iqp.landing import list_units
     from airflow_iqp.store import open_store
-    from airflow_iqp.streams import TPCH
+    from tests.support.batches import TPCH
 
     data = tmp_path / "data"
     generate(0.01, 6, data)

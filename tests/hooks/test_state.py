@@ -9,11 +9,10 @@ from airflow_iqp.query.catalogue import get_query
 from airflow_iqp.query.store import Saved, load_query
 from airflow_iqp.store import LocalStore
 from airflow_iqp.store.files import atomic_write_json
-from airflow_iqp.streams import TPCH
 from airflow_iqp.window import accounting
 from airflow_iqp.window.config import QueryConfig, window_id
 from airflow_iqp.window.plan import plan_window, store_plan
-from tests.support.batches import make_batch
+from tests.support.batches import TPCH, TPCH_STREAMS, make_batch
 from tests.support.tasks import START, TI, land
 
 T0 = START.timestamp()
@@ -79,7 +78,8 @@ def test_accounting_late_units_arrivals_and_task_cpu(tmp_path):
 
 def test_plans_saved_queries_and_the_cost_history(tmp_path):
     hook = IQPStateHook(tmp_path / "state")
-    cfg = QueryConfig(query="cq2", landing=str(tmp_path / "landing"), state_dir=hook.state_dir, units=10)
+    cfg = QueryConfig(query="cq2", landing=str(tmp_path / "landing"), state_dir=hook.state_dir, units=10,
+                      streams=TPCH_STREAMS)
     wp = plan_window(cfg, T0, T0 + 240, T0 + 340, now=T0)
     ws = hook.window("cq2", T0)
     assert ws.doc("plan") is None

@@ -9,7 +9,7 @@ import threading
 from airflow_iqp.inputs.profiles import arrival_offsets
 from airflow_iqp.inputs.replay import replay
 from airflow_iqp.landing import list_units
-from airflow_iqp.streams import TPCH
+from tests.support.batches import TPCH
 
 
 def _make_units(root, n):

@@ -17,6 +17,7 @@ from airflow_iqp.store import WindowState, open_store
 from airflow_iqp.timetables.window import WindowTimetable
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import clock, window_id
+from tests.support.batches import TPCH_STREAMS
 from tests.support.tasks import START, TI, context
 
 WINDOW = dt.timedelta(minutes=4)
@@ -29,7 +30,7 @@ def planner(tmp_path, **kwargs) -> BatchPlanOperator:
     kwargs.setdefault("arrival", Arrival(units=240, rate=1.0))
     kwargs.setdefault("cut", Algorithm1(**COSTS))
     return BatchPlanOperator(task_id="plan", query="cq2", landing=str(tmp_path / "landing"),
-                             state_dir=str(tmp_path / "state"), **kwargs)
+                             streams=TPCH_STREAMS, per_window=True, state_dir=str(tmp_path / "state"), **kwargs)
 
 
 def window_state(tmp_path, start=START) -> WindowState:
@@ -162,4 +163,5 @@ def test_a_spec_planned_like_the_dag_needs_its_margin_and_merge(tmp_path, capsys
 
 def test_a_catalogued_querys_tpch_landing_is_the_directory_given_even_untemplated(tmp_path):
     entries = planner(tmp_path).execute(context(TI("plan"), end=START + WINDOW))
-    assert {e["streams"] for e in entries} == {None}  # no window bound: every unit there is the window's
+    # No window bound: every unit there is the window's.
+    assert {s["name"]: s["window"] for e in entries for s in e["streams"]} == {"orders": None, "lineitem": None}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.support.batches import tpch_files
+from tests.support.batches import TPCH, TPCH_STREAMS, tpch_files
 from tests.support.reference import assert_same_rows, duckdb_reference
 
 from iqp_dev.local_airflow import free_port
@@ -34,7 +34,6 @@ from airflow_iqp.spark.merge import execute_final
 from airflow_iqp.spark.submit import submit_env
 from airflow_iqp.spark.window import run_window, split_consecutive
 from airflow_iqp.store import WindowState, open_store
-from airflow_iqp.streams import TPCH
 
 pytestmark = pytest.mark.spark
 
@@ -113,7 +112,7 @@ def test_calibrate_on_the_server_stores_a_fit_the_planner_uses(server, tpch_dir,
     assert rep["overhead_seconds"] >= 0
     fits = open_store(state).cost_history("cq3", "fit", "spark-connect")
     assert len(fits) == 1 and fits[0]["cost"] == rep["cost"]
-    cfg = dict(query="cq3", landing=str(tpch_dir / "units"), state_dir=str(state), units=6)
+    cfg = dict(query="cq3", landing=str(tpch_dir / "units"), state_dir=str(state), units=6, streams=TPCH_STREAMS)
     cost, agg, source = cost_models(QueryConfig(**cfg, backend="spark-connect"))
     assert "calibrated for spark-connect" in source
     assert cost.cost(2) == pytest.approx(rep["cost"]["points"][1][1])

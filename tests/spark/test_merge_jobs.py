@@ -262,7 +262,7 @@ def failing(qid: str):
     from dataclasses import replace
 
     from airflow_iqp.query.store import Saved
-    from airflow_iqp.streams import TPCH
+    from tests.support.batches import TPCH
 
     return Saved(get_query(qid), tuple(replace(st, on_bad_unit="fail") for st in TPCH))
 

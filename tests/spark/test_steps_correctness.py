@@ -36,8 +36,8 @@ def test_batched_result_equals_duckdb(qid, spark, units, tpch_dir, references, t
     for k in (1, 2, 3, 6):
         partials = []
         for b, chunk in enumerate(split_consecutive(units, k)):
-            df = run_batch(spark, query, tpch_files(chunk), tpch_dir / "static")
+            df = run_batch(spark, qid, tpch_files(chunk), tpch_dir / "static")
             partials.append(str(write_atomic(df, tmp_path / f"k{k}" / f"batch-{b:04d}")))
-        result = run_final(spark, query, partials, static=tpch_dir / "static")
+        result = run_final(spark, qid, partials, static=tpch_dir / "static")
         assert result.columns == list(query.columns) == ref_cols, qid
         assert_same_rows([tuple(r) for r in result.collect()], ref_rows, query.ordered, f"{qid} k={k}")

@@ -18,6 +18,7 @@ from airflow_iqp.window.config import QueryConfig, window_id
 from airflow_iqp.window.costs import cost_models, expected_units, observed_offsets
 from airflow_iqp.window.plan import plan_window
 from tests.support.tasks import TI, rewrite_claim
+from tests.support.batches import TPCH_STREAMS
 
 START = 1_800_000_000.0
 
@@ -25,7 +26,8 @@ START = 1_800_000_000.0
 def cfg(tmp_path, backend=SparkSubmit(), cut=Algorithm1(), units=120) -> QueryConfig:
     """The demo's settings (120 units, one a second), as the plan task builds them."""
     options = {**Arrival(units=units).query_config(), **cut.query_config(), **backend.query_config()}
-    return QueryConfig(query="cq2", landing=str(tmp_path / "landing"), state_dir=str(tmp_path / "state"), **options)
+    return QueryConfig(query="cq2", landing=str(tmp_path / "landing"), state_dir=str(tmp_path / "state"),
+                       streams=TPCH_STREAMS, **options)
 
 
 def plan(c: QueryConfig, start: float = START):

@@ -11,6 +11,7 @@ from airflow_iqp.window.config import QueryConfig, window_id
 from airflow_iqp.window.plan import plan_window
 from airflow_iqp.window.readiness import LAST_UNIT_GRACE_S, batch_ready, claim_batch, fire_at
 from airflow_iqp.store import open_store
+from tests.support.batches import TPCH_STREAMS
 
 START = 1_800_000_000.0  # a window start, Unix seconds
 
@@ -28,6 +29,7 @@ def land(landing, n, first=0, mtime=None):
 
 def cfg(tmp_path, **over):
     base = dict(query="cq2", landing=str(tmp_path / "landing"), state_dir=str(tmp_path / "state"), units=240,
+                streams=TPCH_STREAMS,
                 rate=1.0, cost_hint={"kind": "linear", "per_unit": 0.6, "per_batch": 25},
                 final_agg_hint={"kind": "linear", "base": 25, "per_batch": 0.5})
     base.update(over)
@@ -322,7 +324,8 @@ def test_cost_scale_plans_as_if_the_calibrated_costs_were_that_much_longer(tmp_p
                                                                                   for x, y in fit["cost"]["points"]]},
                                      final_agg={"kind": "piecewise_linear", "points": [[x, y * factor] for x, y in
                                                                                        fit["final_agg"]["points"]]})
-    common = dict(query="cq3", units=300, rate=1.0, backend="spark-connect", fuse_tail=True, margin=2.0,
+    common = dict(query="cq3", streams=TPCH_STREAMS, units=300, rate=1.0, backend="spark-connect", fuse_tail=True,
+                  margin=2.0,
                   landing=str(tmp_path / "landing"))
     scaled_cfg = QueryConfig(**common, state_dir=str(fast), cost_scale=1.5)
     cost, agg, source = cost_models(scaled_cfg)
@@ -399,6 +402,7 @@ def test_dynamic_mode_plans_with_the_default_hints(tmp_path):
     """MinBatches with the hints a DAG gets by default: the merge a single batch pays too
     (20.5 s) exceeds rsf x that batch's cost, and the plan still sizes its MinBatches."""
     d = QueryConfig(query="cq2", landing=str(tmp_path / "landing"), state_dir=str(tmp_path / "state"), units=120,
+                    streams=TPCH_STREAMS,
                     rate=1.0, mode="dynamic")
     wp = plan_window(d, START, START + 120, START + 125, now=START)
     mb = wp.plan.extra["min_batch"]
