@@ -67,6 +67,13 @@ def test_the_first_units_schema_is_recorded_and_binds_later_batches(window, tmp_
         inspect_files([str(window / "5.parquet")], _saved(Stream("events", on_bad_unit="fail")), record)
 
 
+def test_a_stream_named_as_a_tpch_table_has_its_own_files_columns(tmp_path):
+    """A user's stream called orders, of directory units, is not TPC-H's: with no declared
+    schema its columns are those of its first unit's file, not TPC-H's orders columns."""
+    unit = _parquet(tmp_path / "000001" / "orders.parquet", region=["eu"], amount=[2])
+    assert expected_columns(Stream("orders", unit="dir"), str(unit)) == {"region": "STRING", "amount": "BIGINT"}
+
+
 def test_a_corrupt_file_leading_a_batch_is_quarantined_not_taken_for_the_columns(window, tmp_path):
     """The columns come from the first readable file: a corrupt one leading the batch is
     quarantined (it used to fail the batch while the columns were read from it)."""
