@@ -85,15 +85,15 @@ def test_fail_mode_records_the_bad_files_and_the_batch_names_them_all_until_they
     assert "quarantined" not in claim and sorted(b["unit"] for b in claim["bad"]) == ["0003.csv", "0005.csv"]
     assert files_to_read(claim) == claim["files"]
     record = open_store(batch.state_dir).query(batch.query)
-    assert [b["unit"] for b in still_bad(claim, batch.stream_list(), record)] == ["0003.csv", "0005.csv"]
+    assert [b["unit"] for b in still_bad(claim, batch.streams, record)] == ["0003.csv", "0005.csv"]
     saved = Saved(decompose("SELECT page, count(*) AS n FROM clicks GROUP BY page", id="clicks_q",
-                            streams=["clicks"]), batch.stream_list())
+                            streams=["clicks"]), batch.streams)
     with pytest.raises(DataError) as err:                              # the batch's own check says the same
         inspect_files(claim["files"], saved, record, checked=claim["checked"])
     first = str(err.value).splitlines()[0]
     assert first.startswith("2 bad input files: ") and "0003.csv" in first and "0005.csv" in first
     (landing / "0005.csv").write_text(GOOD)                            # one file is replaced
-    assert [b["unit"] for b in still_bad(claim, batch.stream_list(), record)] == ["0003.csv"]
+    assert [b["unit"] for b in still_bad(claim, batch.streams, record)] == ["0003.csv"]
 
 
 def test_a_large_file_is_checked_by_its_first_rows_when_claimed_and_whole_in_the_batch(tmp_path):
@@ -103,6 +103,6 @@ def test_a_large_file_is_checked_by_its_first_rows_when_claimed_and_whole_in_the
     claim = claim_batch(_batch(tmp_path))
     assert "quarantined" not in claim and "checked" not in claim       # the sample was good; rows unknown
     saved = Saved(decompose("SELECT page, count(*) AS n FROM clicks GROUP BY page", id="clicks_q",
-                            streams=["clicks"]), _batch(tmp_path).stream_list())
+                            streams=["clicks"]), _batch(tmp_path).streams)
     found = inspect_files(files_to_read(claim), saved, open_store(tmp_path / "state").query("clicks_q"))
     assert found.files == [] and "column latency has 'slow'" in found.quarantined[0]["reason"]

@@ -125,8 +125,7 @@ def bound(cfg: QueryConfig, start: float, end: float) -> QueryConfig:
     """What the plan task does for a plain landing path: the window's span bound to its streams."""
     from dataclasses import replace
 
-    streams = tuple(Stream.from_dict(s).for_window(start, end).to_dict() for s in cfg.streams)
-    return replace(cfg, streams=streams)
+    return replace(cfg, streams=tuple(s.for_window(start, end) for s in cfg.streams))
 
 
 def test_each_file_of_a_flat_directory_is_claimed_once_across_consecutive_windows(tmp_path):

@@ -103,7 +103,7 @@ class BatchOperator(OnBackend, BaseOperator):
             raise AirflowSkipException(f"{batch.label}: every claimed unit was quarantined")
         ti = context["ti"]
         record_attempt(ws, batch_name(batch.index), ti)
-        bad = still_bad(claim, batch.stream_list(), state.store.query(batch.query))
+        bad = still_bad(claim, batch.streams, state.store.query(batch.query))
         if bad:  # on_bad_unit="fail": before any Spark job, every bad file on the first line
             raise DataError(f"{batch.label}: {bad_files_message(bad)}")
         remaining = batch.remaining_cost + self.backend_class.timeout_overhead

@@ -19,7 +19,6 @@ from airflow_iqp.query.catalogue import get_query
 from airflow_iqp.hooks.state import IQPStateHook
 from airflow_iqp.query.store import Saved
 from airflow_iqp.window.config import QueryConfig, clock
-from airflow_iqp.window.costs import streams_of
 from airflow_iqp.window.accounting import late_entry, record_task_cpu
 from airflow_iqp.window.plan import format_window_plan, plan_window, store_plan
 from airflow_iqp.window.readiness import split_tail
@@ -103,10 +102,10 @@ class BatchPlanOperator(BaseOperator):
                           static=self.static, streams=self.streams, **self.options)
         state = IQPStateHook(cfg.state_dir)
         # What the batch and final jobs run: saved with this window's plan, loaded by the jobs.
-        state.save_query(Saved(self.query_def or get_query(self.query), streams_of(cfg), cfg.static))
+        state.save_query(Saved(self.query_def or get_query(self.query), cfg.streams, cfg.static))
         if not self.per_window:  # this window's files are those that arrived in it
-            bound = [s.for_window(start.timestamp(), end.timestamp(), templated=False) for s in streams_of(cfg)]
-            cfg = replace(cfg, streams=tuple(s.to_dict() for s in bound))
+            bound = [s.for_window(start.timestamp(), end.timestamp(), templated=False) for s in cfg.streams]
+            cfg = replace(cfg, streams=tuple(bound))
         wp = plan_window(cfg, start.timestamp(), end.timestamp(), (end + self._offset(context)).timestamp())
         self.log.info("plan\n%s", format_window_plan(wp))
         path = store_plan(wp)

@@ -43,7 +43,7 @@ def late_units(batch: Batch, window_start: float) -> dict:
     starting at ``window_start`` claimed: late data, with arrival times."""
     ws = open_store(batch.state_dir).window(batch.query, window_id(window_start))
     taken = ws.claimed_units()
-    streams = batch.stream_list()
+    streams = batch.streams
     late = [p for p in list_units(batch.landing, streams) if p.name not in taken]
     seen = ws.note_seen([p.name for p in late])
     return {"units": [p.name for p in late], "files": files_of(late, streams),
@@ -53,7 +53,7 @@ def late_units(batch: Batch, window_start: float) -> dict:
 def record_arrivals(batch: Batch, window_start: float) -> str:
     """Observed arrival offsets of the window's units, for the next window's plan."""
     ws = open_store(batch.state_dir).window(batch.query, window_id(window_start))
-    units = list_units(batch.landing, batch.stream_list())
+    units = list_units(batch.landing, batch.streams)
     seen = ws.note_seen([p.name for p in units])
     offsets = sorted(max(0.0, seen[p.name] - window_start) for p in units)
     return ws.write_doc("arrivals", {"offsets": offsets, "units": [p.name for p in units]})

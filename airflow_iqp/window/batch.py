@@ -42,7 +42,7 @@ class Batch:
     backend: str
     label: str                 #: its name in the UI
     static: str | dict | None = None
-    streams: tuple[dict, ...] = dataclasses.field(kw_only=True)  #: ``Stream.to_dict()`` each
+    streams: tuple[Stream, ...] = dataclasses.field(kw_only=True)  #: what it reads (dicts are read as Streams)
     backfill: bool = False
     known_total: bool = True   #: False: the window's total is estimated and re-planned
     grace: float = 0.0
@@ -62,6 +62,7 @@ class Batch:
         check_name(self.window_id, "batch.window_id")
         if not self.streams:
             raise ConfigError("a plan entry declares no streams", "batch.streams")
+        object.__setattr__(self, "streams", as_streams(self.streams))
         if self.index < 1 or self.of < 1:
             raise ConfigError(f"batch index and count must be >= 1, got {self.index}/{self.of}", "batch")
 
@@ -70,10 +71,6 @@ class Batch:
     def window_state(self) -> WindowState:
         """The state of the window this batch belongs to."""
         return open_store(self.state_dir).window(self.query, self.window_id)
-
-    def stream_list(self) -> tuple[Stream, ...]:
-        """The streams the batch reads (:func:`~airflow_iqp.streams.as_streams` of its own)."""
-        return as_streams(self.streams)
 
     def with_(self, **changes) -> "Batch":
         return dataclasses.replace(self, **changes)
@@ -87,7 +84,7 @@ class Batch:
             if f.name == "before":
                 value = [b.to_dict() for b in value]
             elif f.name == "streams":
-                value = list(value)
+                value = [s.to_dict() for s in value]
             out[f.name] = value
         return out
 
@@ -118,7 +115,6 @@ class Batch:
             if name in value and not isinstance(value[name], bool):
                 raise ConfigError(f"{name} must be true or false, got {value[name]!r}", "batch")
         data = dict(value)
-        data["streams"] = tuple(data["streams"])
         data["before"] = tuple(cls.from_dict(b) for b in data.get("before") or ())
         if data.get("turn_ts") is None:
             data["turn_ts"] = 0.0

@@ -9,6 +9,7 @@ from airflow_iqp import options
 from airflow_iqp.backends.base import Backend
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.models import cost_model_from_dict, final_agg_from_dict, scaled
+from airflow_iqp.streams import Stream, as_streams
 
 
 def window_id(window_start: float) -> str:
@@ -35,8 +36,8 @@ class QueryConfig:
     landing: str                 #: this window's landing directory (resolved)
     state_dir: str
     static: str | dict | None = None  #: a directory of <table>.parquet, or table -> path
-    #: The query's streams as ``Stream.to_dict()``: where its units land and what one is.
-    streams: tuple = field(kw_only=True)
+    #: The query's streams (dicts are read as Streams): where its units land and what one is.
+    streams: tuple[Stream, ...] = field(kw_only=True)
     # The settings below are the typed options' (airflow_iqp.options), flattened by their
     # ``query_config()``; each is documented there, with its default, once.
     units: int | None = _ARRIVAL.units            #: Arrival.units (None: estimated, checked at every batch)
@@ -66,6 +67,7 @@ class QueryConfig:
     def __post_init__(self):
         if not self.streams:
             raise ConfigError("no streams declared: give streams={'table': '<landing path>'}", "streams")
+        object.__setattr__(self, "streams", as_streams(self.streams))
         # The arrival's settings are checked where they are defined, once.
         options.Arrival(units=self.units, rate=self.rate, profile=self.profile, grace=self.grace, late=self.late,
                         lateness=self.lateness)
@@ -96,11 +98,10 @@ class QueryConfig:
         """Plain JSON, as ``plan.json`` keeps it: a claim re-plans with the models these
         settings give then (:func:`airflow_iqp.window.replan.refresh`)."""
         out = asdict(self)
-        out["streams"] = list(self.streams)
+        out["streams"] = [s.to_dict() for s in self.streams]
         return out
 
     @classmethod
     def from_dict(cls, value: dict) -> "QueryConfig":
         data = dict(value)
-        data["streams"] = tuple(data.get("streams") or ())
         return cls(**data)

@@ -14,9 +14,9 @@ from airflow_iqp.planning.models import (
 )
 from airflow_iqp.landing import list_units
 from airflow_iqp.store import open_store
-from airflow_iqp.streams import Stream, as_streams
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig
+
 
 def arrival_offsets_hint(cfg: QueryConfig, window_len: float) -> list[float]:
     """Expected arrival offsets (s after the window start) of the window's units."""
@@ -57,7 +57,7 @@ def observed_counts(cfg: QueryConfig, before: float | None = None) -> list[int]:
         elif before is not None and (doc := ws.doc("plan")) is not None:
             if doc["batches"] and doc["window_end"] <= before and not doc.get("backfill"):
                 entry = Batch.from_dict(doc["batches"][0])
-                counts.append(len(list_units(entry.landing, entry.stream_list())))
+                counts.append(len(list_units(entry.landing, entry.streams)))
         if len(counts) == HISTORY_WINDOWS:
             break
     return counts
@@ -208,7 +208,3 @@ def _through(model, samples: list[tuple[int, float]]):
         return replace(model, base=fixed) if fixed >= 0 else LinearFinalAgg(per_batch=y / x)
     return replace(model, points=tuple((px, max(0.0, py + delta)) for px, py in model.points))
 
-
-def streams_of(cfg: QueryConfig) -> tuple[Stream, ...]:
-    """The query's streams (:func:`~airflow_iqp.streams.as_streams` of its settings')."""
-    return as_streams(cfg.streams)

@@ -17,7 +17,7 @@ from airflow_iqp.store import open_store
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig, clock, window_id
 from airflow_iqp.window.costs import (
-    arrival_offsets_hint, cost_models, expected_units, observed_offsets, streams_of, tail_startup,
+    arrival_offsets_hint, cost_models, expected_units, observed_offsets, tail_startup,
 )
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
     if deadline < window_end:
         raise ConfigError(f"the deadline ({deadline}) is before the window end ({window_end})", "deadline_offset")
     length = window_end - window_start
-    arrived = len(list_units(cfg.landing, streams_of(cfg)))
+    arrived = len(list_units(cfg.landing, cfg.streams))
     known = cfg.units is not None
     if known:
         backfill, estimate = now >= window_end and arrived >= cfg.units, ""
@@ -234,7 +234,7 @@ def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, window_end:
             cumulative=b.cumulative, expected_total=cfg.units, last=b.index == k, ready_ts=ready,
             latest_start_ts=latest, cost=b.cost, remaining_cost=remaining, deadline_ts=deadline,
             landing=cfg.landing, state_dir=cfg.state_dir, static=cfg.static,
-            streams=tuple(cfg.streams), known_total=known, grace=cfg.grace,
+            streams=cfg.streams, known_total=known, grace=cfg.grace,
             backend=cfg.backend, backfill=backfill, cost_scale=cfg.cost_scale, turn_ts=turn,
             label=f"batch {b.index}/{k} · {b.units} units · ready {clock(ready)}",
         ))

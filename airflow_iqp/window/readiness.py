@@ -80,7 +80,7 @@ def batch_ready(batch: Batch, now: float, arrived: int | None = None, listing: A
     needed = batch.expected_total if batch.last else batch.cumulative
     if arrived is None:
         count, units = (listing.count, listing.units) if listing is not None else (count_names, list_units)
-        streams = batch.stream_list()
+        streams = batch.streams
         # Many tasks poll near the window's end: a directory per window is counted (one
         # listing) before the full, per-stream listing of complete units. A flat or
         # partitioned layout holds other windows' files too: its units are listed at once.
@@ -192,7 +192,7 @@ def claim_batch(batch: Batch, now: float | None = None) -> dict:
 
 def _claim_unclaimed(batch: Batch, ws, now: float | None) -> dict:
     taken = ws.claimed_units()
-    streams = batch.stream_list()
+    streams = batch.streams
     listed = list_units(batch.landing, streams)
     seen = ws.note_seen([u.name for u in listed], now)
     if not listed and seen and "://" not in batch.landing and not os.path.isdir(batch.landing):

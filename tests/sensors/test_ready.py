@@ -113,12 +113,13 @@ def test_a_bad_plan_entry_fails_without_retries(tmp_path):
         BatchReadySensor(task_id="wait", batch=entry).execute(context())
 
 
-def test_a_permanent_error_while_checking_fails_without_retries(tmp_path):
+def test_a_bad_stream_in_the_plan_entry_fails_without_retries(tmp_path):
     batch = file_batch(tmp_path)
-    bad = batch.with_(streams=({**batch.streams[0], "format": "xls"},))
-    land(bad, 0, 1)
-    with pytest.raises(AirflowFailException, match="ConfigError: streams.events.format"):
-        sensor(bad).execute(context())
+    land(batch, 0, 1)
+    entry = batch.to_dict()
+    entry["streams"][0]["format"] = "xls"
+    with pytest.raises(AirflowFailException, match="a bad plan entry: streams.events.format"):
+        BatchReadySensor(task_id="wait", batch=entry).execute(context())
 
 
 # ------------------------------------------------------------------ claim=False: the fused tail's wait

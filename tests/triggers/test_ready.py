@@ -193,11 +193,12 @@ def test_a_tails_wait_without_the_tail_fails_at_once(tmp_path):
                                       "needs the plan's tail (with start_ts)")
 
 
-def test_a_config_error_while_polling_fails_at_once(tmp_path):
+def test_a_bad_stream_in_the_plan_entry_fails_at_once(tmp_path):
     batch = file_batch(tmp_path)
-    bad = batch.with_(streams=({**batch.streams[0], "format": "xls"},))
-    land(bad, 0, 1)
-    event = first_event(BatchReadyTrigger(bad, poll_interval=POLL))
+    land(batch, 0, 1)
+    entry = batch.to_dict()
+    entry["streams"][0]["format"] = "xls"
+    event = first_event(BatchReadyTrigger(entry, poll_interval=POLL))
     assert event.payload["transient"] is False
     assert "ConfigError: streams.events.format: stream events: format must be one of" in event.payload["error"]
 
