@@ -206,7 +206,9 @@ def run(args) -> int:
     # Each component in a process group of its own: Ctrl-C reaches this command alone, which
     # then stops each group, task processes and Spark jobs with it.
     stack = Supervisor(logs, env=env)
-    previous = signal.getsignal(signal.SIGINT), signal.signal(signal.SIGTERM, _interrupt)
+    # Ctrl-C and SIGTERM stop the stack, also where this command started with SIGINT ignored
+    # (a background job of a non-interactive shell inherits that, and Python keeps it).
+    previous = signal.signal(signal.SIGINT, _interrupt), signal.signal(signal.SIGTERM, _interrupt)
     try:
         print("migrating the metadata DB (the first time takes a minute)", flush=True)
         try:
