@@ -5,8 +5,9 @@
 #   bash scripts/test.sh ARGS...    pytest with ARGS, in one process
 #
 # The whole suite runs in two lanes at the same time:
-#   * the suites that run real Airflow processes (marker `airflow`: tests/e2e, then
-#     tests/cluster), which mostly wait for live windows to open, fill and close;
+#   * the suites that run real Airflow processes (marker `airflow`: tests/e2e and
+#     tests/cluster, in the order below), which mostly wait for live windows to open,
+#     fill and close;
 #   * everything else, beside them at nice 19 and in the idle I/O class. Where the kernel
 #     groups processes by session (sched_autogroup), nice counts only inside the group,
 #     and the first lane's Airflow and Spark processes each run in sessions of their own:
@@ -16,8 +17,6 @@
 # The first lane's output is also kept in var/test-airflow.log, and its summary (what
 # failed, errored or was skipped, and the counts) is printed again at the very end, so
 # that the tail of the output names every lane's failures.
-# The e2e suites come first: they leave the second lane the most idle CPU, and the cluster
-# suites, which keep both cores busy, come once most of it is done.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 # The cluster tests run a throw-away PostgreSQL: install it where it is missing.
@@ -35,8 +34,17 @@ nice -n 19 ionice -c 3 python -m pytest -m "not airflow" -p no:cacheprovider >"$
 rest=$!
 trap 'kill "$rest" 2>/dev/null || true' EXIT
 
+# The e2e suites, the cluster suites, then the query DAG's three live windows: they check
+# that each batch claims within a second of its due time and that each window meets its
+# deadline, and by then the second lane has (nearly) finished.
+LAST=tests/e2e/test_query_dag.py
+LIVE=()
+for f in tests/e2e/test_*.py; do
+    if [ "$f" != "$LAST" ]; then LIVE+=("$f"); fi
+done
+LIVE+=(tests/cluster "$LAST")
 set +e
-python -m pytest -m airflow tests/e2e tests/cluster 2>&1 | tee "$LIVE_LOG"
+python -m pytest -m airflow "${LIVE[@]}" 2>&1 | tee "$LIVE_LOG"
 live=${PIPESTATUS[0]}
 set -e
 rest_rc=0
