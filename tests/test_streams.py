@@ -97,3 +97,21 @@ def test_a_mapping_names_its_streams():
     assert [(x.name, x.path, x.format, x.unit) for x in s] == [("events", "/d", "csv", "file"),
                                                                 ("clicks", "/c", "parquet", "file"),
                                                                 ("views", "/v", "parquet", "dir")]
+
+
+def test_a_query_and_its_batches_must_declare_their_streams():
+    """No layout is assumed: the settings and every plan entry name the streams they read,
+    and a stream given as its JSON form is read as a Stream once, when they are built."""
+    from airflow_iqp.window.config import QueryConfig
+    from tests.support.batches import make_batch
+
+    for missing in (None, (), {}):
+        with pytest.raises(ConfigError, match="no streams declared") as err:
+            QueryConfig(query="q", landing="/d", state_dir="/s", streams=missing)
+        assert err.value.field == "streams"
+    with pytest.raises(ConfigError) as err:
+        make_batch(streams=())
+    assert err.value.field == "batch.streams"
+    batch = make_batch(streams=(Stream("events", path="/d", format="csv").to_dict(),))
+    assert batch.streams == (Stream("events", path="/d", format="csv"),)
+    assert batch.to_dict()["streams"] == [Stream("events", path="/d", format="csv").to_dict()]

@@ -65,9 +65,7 @@ class QueryConfig:
     dispatch: float = _BACKEND["dispatch"]        #: Backend.dispatch
 
     def __post_init__(self):
-        if not self.streams:
-            raise ConfigError("no streams declared: give streams={'table': '<landing path>'}", "streams")
-        object.__setattr__(self, "streams", as_streams(self.streams))
+        object.__setattr__(self, "streams", as_streams(self.streams))  # none declared: a ConfigError
         # The arrival's settings are checked where they are defined, once.
         options.Arrival(units=self.units, rate=self.rate, profile=self.profile, grace=self.grace, late=self.late,
                         lateness=self.lateness)
