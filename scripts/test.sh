@@ -4,19 +4,24 @@
 #   bash scripts/test.sh            the whole suite, in two lanes at once (below)
 #   bash scripts/test.sh ARGS...    pytest with ARGS, in one process
 #
-# The whole suite runs in two lanes at the same time:
+# The whole suite runs in two lanes at the same time, then one suite alone:
 #   * the suites that run real Airflow processes (marker `airflow`: tests/e2e and
-#     tests/cluster, in the order below), which mostly wait for live windows to open,
-#     fill and close;
+#     tests/cluster), which mostly wait for live windows to open, fill and close;
 #   * everything else, beside them at nice 19 and in the idle I/O class. Where the kernel
 #     groups processes by session (sched_autogroup), nice counts only inside the group,
 #     and the first lane's Airflow and Spark processes each run in sessions of their own:
 #     there the second lane takes about one group's share of the CPU beside them, which
-#     the live windows' deadlines leave room for. Its output goes to var/test-rest.log and
-#     is printed after the first lane's.
-# The first lane's output is also kept in var/test-airflow.log, and its summary (what
-# failed, errored or was skipped, and the counts) is printed again at the very end, so
-# that the tail of the output names every lane's failures.
+#     those suites' deadlines leave room for. So do the spark-submit JVMs of the second
+#     lane's own tests, which start sessions of their own at full weight. Its output goes
+#     to var/test-rest.log and is printed at the end;
+#   * then, once both lanes are done, tests/e2e/test_query_dag.py: three DAGs' live
+#     windows at once, each claim checked to the second and each window's deadline 100 s
+#     after its end. Between the window's end and the deadline run the last batch and the
+#     merge, two spark-submits that each start a JVM; the three DAGs' jobs already share
+#     the CPU, and the second lane's Spark tests beside them would push the merge past it.
+# The Airflow suites' output is also kept in var/test-airflow.log and var/test-windows.log,
+# and their summaries (what failed, errored or was skipped, and the counts) are printed
+# again at the very end, so that the tail of the output names every failure.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 # The cluster tests run a throw-away PostgreSQL: install it where it is missing.
@@ -30,37 +35,40 @@ fi
 mkdir -p "$ROOT/var"
 REST_LOG="$ROOT/var/test-rest.log"
 LIVE_LOG="$ROOT/var/test-airflow.log"
+LAST_LOG="$ROOT/var/test-windows.log"
 nice -n 19 ionice -c 3 python -m pytest -m "not airflow" -p no:cacheprovider >"$REST_LOG" 2>&1 &
 rest=$!
 trap 'kill "$rest" 2>/dev/null || true' EXIT
 
-# The e2e suites, the cluster suites, then the query DAG's three live windows: they check
-# that each batch claims within a second of its due time and that each window meets its
-# deadline, and by then the second lane has (nearly) finished.
 LAST=tests/e2e/test_query_dag.py
 LIVE=()
 for f in tests/e2e/test_*.py; do
     if [ "$f" != "$LAST" ]; then LIVE+=("$f"); fi
 done
-LIVE+=(tests/cluster "$LAST")
+LIVE+=(tests/cluster)
 set +e
 python -m pytest -m airflow "${LIVE[@]}" 2>&1 | tee "$LIVE_LOG"
 live=${PIPESTATUS[0]}
-set -e
 rest_rc=0
 wait "$rest" || rest_rc=$?
 trap - EXIT
+python -m pytest -m airflow "$LAST" 2>&1 | tee "$LAST_LOG"
+last=${PIPESTATUS[0]}
+set -e
 
 echo
-echo "==== the rest of the suite (not marked airflow), run beside the above: $REST_LOG ===="
+echo "==== the rest of the suite (not marked airflow), run beside the first: $REST_LOG ===="
 cat "$REST_LOG"
-echo
-echo "==== the airflow suites' summary again (whole output above and in $LIVE_LOG) ===="
-if grep -q "short test summary info" "$LIVE_LOG"; then
-    sed -n '/short test summary info/,$p' "$LIVE_LOG"
-else
-    tail -n 1 "$LIVE_LOG"
-fi
-echo "==== airflow suites: exit $live; the rest: exit $rest_rc ===="
-if [ "$live" -ne 0 ]; then exit "$live"; fi
-exit "$rest_rc"
+for log in "$LIVE_LOG" "$LAST_LOG"; do
+    echo
+    echo "==== summary again of $log ===="
+    if grep -q "short test summary info" "$log"; then
+        sed -n '/short test summary info/,$p' "$log"
+    else
+        tail -n 1 "$log"
+    fi
+done
+echo "==== airflow suites: exit $live; the rest: exit $rest_rc; $LAST: exit $last ===="
+for rc in "$live" "$rest_rc" "$last"; do
+    if [ "$rc" -ne 0 ]; then exit "$rc"; fi
+done
