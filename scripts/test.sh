@@ -4,22 +4,23 @@
 #   bash scripts/test.sh            the whole suite, in two lanes at once (below)
 #   bash scripts/test.sh ARGS...    pytest with ARGS, in one process
 #
-# The whole suite runs in two lanes at the same time, then one suite alone:
-#   * the suites that run real Airflow processes (marker `airflow`: tests/e2e and
-#     tests/cluster), which mostly wait for live windows to open, fill and close;
+# The whole suite runs in two lanes at the same time, then two suites alone:
+#   * the e2e suites and the cluster e2e suite, which run real Airflow processes (marker
+#     `airflow`) and mostly wait for live windows to open, fill and close;
 #   * everything else, beside them at nice 19 and in the idle I/O class. Where the kernel
 #     groups processes by session (sched_autogroup), nice counts only inside the group,
-#     and the first lane's Airflow and Spark processes each run in sessions of their own:
-#     there the second lane takes about one group's share of the CPU beside them, which
-#     those suites' deadlines leave room for. So do the spark-submit JVMs of the second
-#     lane's own tests, which start sessions of their own at full weight. Its output goes
-#     to var/test-rest.log and is printed at the end;
-#   * then, once both lanes are done, tests/e2e/test_query_dag.py: three DAGs' live
-#     windows at once, each claim checked to the second and each window's deadline 100 s
-#     after its end. Between the window's end and the deadline run the last batch and the
-#     merge, two spark-submits that each start a JVM; the three DAGs' jobs already share
-#     the CPU, and the second lane's Spark tests beside them would push the merge past it.
-# The Airflow suites' output is also kept in var/test-airflow.log and var/test-windows.log,
+#     and the first lane's Airflow and Spark processes run in sessions of their own: there
+#     the second lane takes about one group's share of the CPU beside them, and so do the
+#     spark-submit JVMs of its own tests, which start sessions of their own. The e2e suites'
+#     deadlines leave room for that, and the cluster e2e suite checks results, not
+#     deadlines. The second lane's output goes to var/test-rest.log, printed at the end;
+#   * then, once both lanes are done, tests/cluster/test_faults.py and
+#     tests/e2e/test_query_dag.py, with nothing else running: each fault's window must meet
+#     its deadline with no alert, and the query DAG's three windows check each claim to the
+#     second and each deadline 100 s after the window's end, which the last batch and the
+#     merge (two spark-submits that each start a JVM) share with the other windows' jobs.
+#     Beside the second lane's Spark tests, those batches take minutes instead of seconds.
+# The Airflow suites' output is also kept in var/test-airflow.log and var/test-alone.log,
 # and their summaries (what failed, errored or was skipped, and the counts) are printed
 # again at the very end, so that the tail of the output names every failure.
 set -euo pipefail
@@ -35,24 +36,23 @@ fi
 mkdir -p "$ROOT/var"
 REST_LOG="$ROOT/var/test-rest.log"
 LIVE_LOG="$ROOT/var/test-airflow.log"
-LAST_LOG="$ROOT/var/test-windows.log"
+LAST_LOG="$ROOT/var/test-alone.log"
 nice -n 19 ionice -c 3 python -m pytest -m "not airflow" -p no:cacheprovider >"$REST_LOG" 2>&1 &
 rest=$!
 trap 'kill "$rest" 2>/dev/null || true' EXIT
 
-LAST=tests/e2e/test_query_dag.py
+ALONE=(tests/cluster/test_faults.py tests/e2e/test_query_dag.py)
 LIVE=()
-for f in tests/e2e/test_*.py; do
-    if [ "$f" != "$LAST" ]; then LIVE+=("$f"); fi
+for f in tests/e2e/test_*.py tests/cluster/test_*.py; do
+    case " ${ALONE[*]} " in *" $f "*) ;; *) LIVE+=("$f") ;; esac
 done
-LIVE+=(tests/cluster)
 set +e
 python -m pytest -m airflow "${LIVE[@]}" 2>&1 | tee "$LIVE_LOG"
 live=${PIPESTATUS[0]}
 rest_rc=0
 wait "$rest" || rest_rc=$?
 trap - EXIT
-python -m pytest -m airflow "$LAST" 2>&1 | tee "$LAST_LOG"
+python -m pytest -m airflow "${ALONE[@]}" 2>&1 | tee "$LAST_LOG"
 last=${PIPESTATUS[0]}
 set -e
 
@@ -68,7 +68,7 @@ for log in "$LIVE_LOG" "$LAST_LOG"; do
         tail -n 1 "$log"
     fi
 done
-echo "==== airflow suites: exit $live; the rest: exit $rest_rc; $LAST: exit $last ===="
+echo "==== airflow suites: exit $live; the rest: exit $rest_rc; the suites alone: exit $last ===="
 for rc in "$live" "$rest_rc" "$last"; do
     if [ "$rc" -ne 0 ]; then exit "$rc"; fi
 done

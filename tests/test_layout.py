@@ -11,9 +11,9 @@ Apart from the mirror, and nothing else:
 
 * the suites that start real Airflow processes end to end: ``tests/e2e/``, and
   ``tests/cluster/`` on the cluster harness. One rule: a test module is in one of them if
-  and only if it is marked ``airflow`` (``scripts/test.sh`` runs those two directories in
-  one lane and every test not marked ``airflow`` in the other: a module marked elsewhere
-  would run in neither);
+  and only if it is marked ``airflow`` (``scripts/test.sh`` runs those two directories'
+  modules in its Airflow runs and every test not marked ``airflow`` in its other lane: a
+  module marked elsewhere would run in neither);
 * the whole-package checks of :data:`WHOLE_PACKAGE`, at ``tests/`` top level;
 * ``tests/support/``, the helpers the tests share, which holds no test.
 
