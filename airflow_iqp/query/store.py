@@ -3,8 +3,10 @@
 The plan step (and ``run-window``) saves what the DAG declared: the split query, its
 streams' formats and schemas, and where its static tables are. The Spark jobs load it
 from there, so a job runs exactly what was planned and needs no decomposer (sqlglot) on
-the driver. A query id with no saved file is looked up in the catalogue, whose queries
-read the streams of ``airflow-iqp tpch`` (:func:`catalogued`).
+the driver. A job never falls back to another description: a query id with nothing saved
+is an error, even when the catalogue has a query of that id. Whoever runs a catalogued
+query (``run-window --query``, ``calibrate``) saves it first, with the streams of
+``airflow-iqp tpch`` (:func:`catalogued`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Mapping
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.query.model import Query, check_query_id
-from airflow_iqp.streams import Stream
+from airflow_iqp.streams import Stream, as_streams
 
 
 @dataclass(frozen=True)
@@ -43,17 +45,16 @@ def save_query(store, saved: Saved) -> str:
     return open_store(store).query(saved.query.id).save(doc)
 
 
-def load_query(qid: str, store=None) -> Saved:
-    """The query saved for ``qid`` in ``store`` (a store or its location), else the catalogued
-    one (:func:`catalogued`)."""
-    if store is not None:
-        from airflow_iqp.store import open_store
+def load_query(qid: str, store) -> Saved:
+    """The query saved for ``qid`` in ``store`` (a store or its location)."""
+    from airflow_iqp.store import open_store
 
-        doc = open_store(store).query(check_query_id(qid)).saved()
-        if doc is not None:
-            return Saved(Query.from_dict(doc["query"]), tuple(Stream.from_dict(s) for s in doc["streams"]),
-                         doc.get("static"))
-    return catalogued(qid)
+    store = open_store(store)
+    doc = store.query(check_query_id(qid)).saved()
+    if doc is None:
+        raise ConfigError(f"no query {qid} is saved in the state store {store.location}: the plan task (or "
+                          f"run-window, or calibrate) saves it before any batch runs", field="query")
+    return Saved(Query.from_dict(doc["query"]), as_streams(doc["streams"]), doc.get("static"))
 
 
 def catalogued(qid: str, landing: str = "", static: str | None = None) -> Saved:

@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.planning.models import PiecewiseLinearFinalAgg, fit_piecewise_linear
 from airflow_iqp.query.catalogue import get_query
+from airflow_iqp.query.store import catalogued, save_query
 from airflow_iqp.landing import list_units
 from airflow_iqp.store import WindowState, open_store
 from airflow_iqp.inputs.tpch import streams_at
@@ -125,6 +126,7 @@ def calibrate(query_id: str, data: str | os.PathLike, runner, *, state_dir: str 
     say = log or (lambda m: None)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix=f"iqp-calibrate-{query.id}-"))
     store = open_store(work)
+    save_query(store, catalogued(query.id))  # what its batch and merge jobs load
     ws = store.window(query.id, "calibrate")
     batches, finals = [], []
     # Consecutive, disjoint batches while they fit in the units; a batch larger than the
@@ -205,6 +207,8 @@ def warm_up(runner, query_ids: Sequence[str], data: str | os.PathLike, *, rounds
     work = Path(tempfile.mkdtemp(prefix="iqp-warm-up-"))
     wall, cpus = 0.0, []
     try:
+        for query in queries:  # what the batch and merge jobs load
+            save_query(work, catalogued(query.id))
         for r in range(int(rounds)):
             for query in queries:
                 ws = open_store(work).window(query.id, f"warm-up-{r}")

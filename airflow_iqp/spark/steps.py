@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.filecheck import Inspection, inspect_files
 from airflow_iqp.query.model import Query
-from airflow_iqp.query.store import Saved, load_query
+from airflow_iqp.query.store import Saved, catalogued
 from airflow_iqp.paths import check_name, is_local, local_path, make_dirs
 from airflow_iqp.store.files import replace_dir, temp_sibling
 from airflow_iqp.streams import Stream, stream_of
@@ -56,12 +56,13 @@ def read_static(spark, static, table: str):
 
 
 def as_saved(query: Saved | str) -> Saved:
-    """A query with its streams: ``query`` itself, or the one saved (or catalogued) under that id."""
+    """A query with its streams: ``query`` itself, or the catalogued query of that id over
+    the streams of ``airflow-iqp tpch`` (:func:`~airflow_iqp.query.store.catalogued`)."""
     if isinstance(query, Saved):
         return query
     if isinstance(query, Query):
         raise ConfigError(f"query {query.id}: give it with its streams, as a Saved(query, streams)", field="query")
-    return load_query(query)
+    return catalogued(query)
 
 
 def run_batch(spark, query: Saved | str, files: Sequence[str], static=None, *,

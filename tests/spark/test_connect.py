@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.support.batches import TPCH, TPCH_STREAMS, tpch_files
+from tests.support.batches import TPCH, TPCH_STREAMS, tpch_files, tpch_window
 from tests.support.reference import assert_same_rows, duckdb_reference
 
 from iqp_dev.local_airflow import free_port
@@ -62,7 +62,7 @@ def _connect_window(spark, qid, tpch_dir, units, k, out) -> WindowState:
     from airflow_iqp.query.catalogue import get_query
 
     query = get_query(qid)
-    ws = open_store(out).window(qid, "w0")
+    ws = tpch_window(out, qid, "w0")
     for b, chunk in enumerate(split_consecutive(units, k)):
         ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
         m = execute_batch(spark, batch_work(ws, b, str(tpch_dir / "static")), backend=BACKEND)
@@ -242,7 +242,7 @@ def test_a_fused_tail_sends_the_server_one_request_for_its_result(server, tpch_d
 
     spark = connect_session(server["url"])
     try:
-        query, ws = get_query("q10"), open_store(tmp_path).window("q10", "w0")
+        query, ws = get_query("q10"), tpch_window(tmp_path, "q10", "w0")
         cuts = [units[:3], units[3:5], units[5:]]
         for b, chunk in enumerate(cuts):
             ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))

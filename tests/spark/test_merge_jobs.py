@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.support.batches import tpch_files
+from tests.support.batches import tpch_files, tpch_window
 from tests.support.reference import assert_same_rows, duckdb_reference
 from tests.support.tasks import rewrite_claim
 
@@ -34,7 +34,7 @@ def result_rows(spark, ws: WindowState) -> list[tuple]:
 
 def run_window_inprocess(spark, qid, units, static, state, window="w", k=3) -> WindowState:
     query = get_query(qid)
-    ws = open_store(state).window(qid, window)
+    ws = tpch_window(state, qid, window)
     for b, chunk in enumerate(split_consecutive(units, k)):
         ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
         execute_batch(spark, batch_work(ws, b, str(static)), backend=BACKEND)
@@ -103,7 +103,7 @@ def test_the_cost_history_has_each_batch_from_claim_to_partial_and_the_merge_fro
     from airflow_iqp.store import batch_name
     from airflow_iqp.window.accounting import record_attempt
 
-    ws = open_store(tmp_path).window("q4", "w")
+    ws = tpch_window(tmp_path, "q4", "w")
     for b, chunk in enumerate(split_consecutive(units, 2)):
         ws.claim(b, [u.name for u in chunk], tpch_files(chunk, get_query("q4").streams))
         record_attempt(ws, batch_name(b), SimpleNamespace(task_id="batch.submit", map_index=b, try_number=1))
@@ -131,7 +131,7 @@ def test_a_fused_tail_merges_its_batch_in_one_job_writes_no_partial_and_a_retry_
 
     qid, static = "cq2", str(tpch_dir / "static")
     query = get_query(qid)
-    ws = open_store(tmp_path).window(qid, "w")
+    ws = tpch_window(tmp_path, qid, "w")
     chunks = split_consecutive(units, 3)
     for b, chunk in enumerate(chunks):
         ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
@@ -159,7 +159,7 @@ def test_a_fused_tail_merges_the_partials_read_ahead_unless_one_was_written_agai
 
     qid, static = "cq3", str(tpch_dir / "static")
     query = get_query(qid)
-    ws = open_store(tmp_path).window(qid, "w")
+    ws = tpch_window(tmp_path, qid, "w")
     for b, chunk in enumerate(split_consecutive(units, 3)):
         ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
     assert read_written(spark, ws) is None
@@ -208,7 +208,7 @@ def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_u
     for u in units[:3]:
         shutil.copytree(u, landing / u.name)
     claim_batch(mapped[0])  # the mapped batch's sensor: the 3 units there are
-    ws = open_store(state).window(qid, "w")
+    ws = tpch_window(state, qid, "w")
     execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)
 
     def land():  # the rest arrives while the final task waits
@@ -363,7 +363,7 @@ def test_the_merge_rows_estimate_bounds_a_fused_tails_result_and_picks_the_write
 
     qid, static = "q10", str(tpch_dir / "static")
     query = get_query(qid)
-    ws = open_store(tmp_path).window(qid, "w")
+    ws = tpch_window(tmp_path, qid, "w")
     for b, chunk in enumerate(split_consecutive(units, 3)):
         ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
     metrics = [execute_batch(spark, batch_work(ws, b, static), backend=BACKEND) for b in (0, 1)]
@@ -396,7 +396,7 @@ def test_a_fused_tail_rehearses_before_the_windows_end_and_leaves_no_trace(spark
 
     qid, static = "cq3", str(tpch_dir / "static")
     query = get_query(qid)
-    ws = open_store(tmp_path).window(qid, "w")
+    ws = tpch_window(tmp_path, qid, "w")
     tail = make_batch(query=qid, window_id="w", index=3, of=3, state_dir=str(tmp_path), static=static,
                       ready_ts=time.time() + 600, cost=0.5, remaining_cost=1.0, cost_scale=2.0, label="batch 3/3")
     assert rehearse_tail(spark, ws, tail) is None  # nothing claimed yet

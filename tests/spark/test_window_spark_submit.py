@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.batches import tpch_files
+from tests.support.batches import tpch_files, tpch_window
 from tests.support.reference import assert_same_rows, duckdb_reference
 
 from airflow_iqp.spark.batch import PAUSE_ENV, batch_work, execute_batch, work_args
@@ -95,7 +95,7 @@ def test_batch_killed_before_rename_then_rerun(tpch_dir, units, spark, tmp_path)
     there and says so on stderr; the test kills the whole spark-submit process group then.
     """
     static = tpch_dir / "static"
-    ws = open_store(tmp_path / "state").window("cq3", "w0")
+    ws = tpch_window(tmp_path / "state", "cq3", "w0")
     chunks = [units[:3], units[3:]]
     for b, chunk in enumerate(chunks):
         ws.claim(b, [u.name for u in chunk], tpch_files(chunk, ["lineitem"]))

@@ -26,3 +26,14 @@ def tpch_files(units, names=("orders", "lineitem")) -> list[str]:
 
     by_name = {s.name: s for s in TPCH}
     return files_of(units, [by_name[n] for n in names])
+
+
+def tpch_window(location, qid: str, window: str):
+    """Window ``window`` of the catalogued query ``qid`` in the store at ``location``, with the
+    query saved there as ``run-window`` saves it: the batch and merge jobs load it from the
+    store (:func:`airflow_iqp.query.store.load_query`)."""
+    from airflow_iqp.query.store import catalogued, save_query
+    from airflow_iqp.store import open_store
+
+    save_query(location, catalogued(qid))
+    return open_store(location).window(qid, window)
