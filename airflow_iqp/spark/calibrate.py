@@ -34,8 +34,7 @@ from typing import Callable, Sequence
 
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.planning.models import PiecewiseLinearFinalAgg, fit_piecewise_linear
-from airflow_iqp.query.catalogue import get_query
-from airflow_iqp.query.store import catalogued, save_query
+from airflow_iqp.query.store import Saved, catalogued, save_query
 from airflow_iqp.landing import list_units
 from airflow_iqp.store import WindowState, open_store
 from airflow_iqp.inputs.tpch import streams_at
@@ -76,9 +75,9 @@ def default_final_counts(n_batches: int) -> list[int]:
     return sorted({k for k in (1, 2, 4, n_batches) if 1 <= k <= n_batches})
 
 
-def _tpch_files(units, query) -> list[str]:
-    """The files of the query's TPC-H streams in ``units`` (unit directories)."""
-    return files_of(units, [s for s in streams_at() if s.name in query.streams])
+def _tpch_files(units, saved: Saved) -> list[str]:
+    """The files of the catalogued query's TPC-H streams in ``units`` (unit directories)."""
+    return files_of(units, [s for s in saved.streams if s.name in saved.query.streams])
 
 
 def _copy_window(src: WindowState, dst: WindowState, batches: Sequence[int]) -> None:
@@ -107,7 +106,8 @@ def calibrate(query_id: str, data: str | os.PathLike, runner, *, state_dir: str 
     if int(repeat) != repeat or repeat < 1:
         raise ConfigError(f"must be a whole number >= 1, got {repeat!r}", field="repeat")
     backend = runner.name
-    query = get_query(query_id)
+    saved = catalogued(query_id)  # what its batch and merge jobs load, saved below
+    query = saved.query
     landing, static = resolve_data(data)
     if query.static and static is None:
         raise ConfigError(f"query {query.id} needs static tables {', '.join(query.static)}", field="data")
@@ -126,7 +126,7 @@ def calibrate(query_id: str, data: str | os.PathLike, runner, *, state_dir: str 
     say = log or (lambda m: None)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix=f"iqp-calibrate-{query.id}-"))
     store = open_store(work)
-    save_query(store, catalogued(query.id))  # what its batch and merge jobs load
+    save_query(store, saved)
     ws = store.window(query.id, "calibrate")
     batches, finals = [], []
     # Consecutive, disjoint batches while they fit in the units; a batch larger than the
@@ -139,7 +139,7 @@ def calibrate(query_id: str, data: str | os.PathLike, runner, *, state_dir: str 
             start = 0
         chunk = units[start:start + size]
         start += size
-        at.claim(b, [u.name for u in chunk], _tpch_files(chunk, query))
+        at.claim(b, [u.name for u in chunk], _tpch_files(chunk, saved))
         placed.append(at)
     if runner.warm_up_first:
         runner.batch(query.id, ws, 0, static)  # warm-up: JIT, caches; not recorded
@@ -202,17 +202,18 @@ def warm_up(runner, query_ids: Sequence[str], data: str | os.PathLike, *, rounds
     units = list_units(landing, streams_at(landing))
     if not units:
         raise DataError(f"{landing}: no units to warm the server with")
-    queries = [get_query(q) for q in query_ids]
+    queries = [catalogued(q) for q in query_ids]
     say = log or (lambda m: None)
     work = Path(tempfile.mkdtemp(prefix="iqp-warm-up-"))
     wall, cpus = 0.0, []
     try:
-        for query in queries:  # what the batch and merge jobs load
-            save_query(work, catalogued(query.id))
+        for saved in queries:  # what the batch and merge jobs load
+            save_query(work, saved)
         for r in range(int(rounds)):
-            for query in queries:
+            for saved in queries:
+                query = saved.query
                 ws = open_store(work).window(query.id, f"warm-up-{r}")
-                ws.claim(0, [u.name for u in units], _tpch_files(units, query))
+                ws.claim(0, [u.name for u in units], _tpch_files(units, saved))
                 w1, c1 = runner.batch(query.id, ws, 0, static)
                 w2, c2 = runner.final(query.id, ws)
                 wall += w1 + w2
