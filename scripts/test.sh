@@ -36,7 +36,7 @@ fi
 mkdir -p "$ROOT/var"
 REST_LOG="$ROOT/var/test-rest.log"
 LIVE_LOG="$ROOT/var/test-airflow.log"
-LAST_LOG="$ROOT/var/test-alone.log"
+ALONE_LOG="$ROOT/var/test-alone.log"
 nice -n 19 ionice -c 3 python -m pytest -m "not airflow" -p no:cacheprovider >"$REST_LOG" 2>&1 &
 rest=$!
 trap 'kill "$rest" 2>/dev/null || true' EXIT
@@ -52,14 +52,14 @@ live=${PIPESTATUS[0]}
 rest_rc=0
 wait "$rest" || rest_rc=$?
 trap - EXIT
-python -m pytest -m airflow "${ALONE[@]}" 2>&1 | tee "$LAST_LOG"
-last=${PIPESTATUS[0]}
+python -m pytest -m airflow "${ALONE[@]}" 2>&1 | tee "$ALONE_LOG"
+alone=${PIPESTATUS[0]}
 set -e
 
 echo
 echo "==== the rest of the suite (not marked airflow), run beside the first: $REST_LOG ===="
 cat "$REST_LOG"
-for log in "$LIVE_LOG" "$LAST_LOG"; do
+for log in "$LIVE_LOG" "$ALONE_LOG"; do
     echo
     echo "==== summary again of $log ===="
     if grep -q "short test summary info" "$log"; then
@@ -68,7 +68,7 @@ for log in "$LIVE_LOG" "$LAST_LOG"; do
         tail -n 1 "$log"
     fi
 done
-echo "==== airflow suites: exit $live; the rest: exit $rest_rc; the suites alone: exit $last ===="
-for rc in "$live" "$rest_rc" "$last"; do
+echo "==== airflow suites: exit $live; the rest: exit $rest_rc; the suites alone: exit $alone ===="
+for rc in "$live" "$rest_rc" "$alone"; do
     if [ "$rc" -ne 0 ]; then exit "$rc"; fi
 done

@@ -1,7 +1,8 @@
 """The real thing: run-window with spark-submit processes, and a batch killed with SIGKILL.
 
-Each spark-submit costs ~15-20 s here, so: CQ2 (single stream) through the CLI and Q4
-(orders-lineitem join) through run_window(), two batches each, plus the kill test.
+Each spark-submit starts a JVM, so: CQ2 (a catalogued query) and a user's SQL through the
+CLI, two batches each, plus the kill test. Q4 through run_window()'s spark-submit processes
+is checked beside the Connect backend, in tests/spark/test_connect.py.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from tests.support.reference import assert_same_rows, duckdb_reference
 from airflow_iqp.spark.batch import PAUSE_ENV, batch_work, execute_batch, work_args
 from airflow_iqp.spark.merge import execute_final
 from airflow_iqp.spark.submit import job_path, run_submit, submit_args, submit_env
-from airflow_iqp.spark.window import run_window
 from airflow_iqp.store import open_store
 
 pytestmark = pytest.mark.spark
@@ -76,16 +76,6 @@ def test_run_window_cli_single_stream_query(tpch_dir, units, spark, tmp_path):
     assert [(r["kind"], r["units"], r["batches"], r["backend"]) for r in hist] == [
         ("batch", 3, 1, "spark-submit"), ("batch", 3, 1, "spark-submit"), ("final", 6, 2, "spark-submit")]
     assert all(r["task_seconds"] > 0 and r["cpu_seconds"] > 0 for r in hist)
-
-
-def test_run_window_join_query(tpch_dir, units, spark, tmp_path):
-    report = run_window("q4", tpch_dir, 2, tmp_path / "state")
-    ws = open_store(tmp_path / "state").window("q4", "w0")
-    assert [b["units"] for b in report["batches"]] == [[u.name for u in units[:3]], [u.name for u in units[3:]]]
-    manifest = ws.manifest()
-    assert manifest["partials"] == [ws.partial_uri(0), ws.partial_uri(1)]
-    cols, ref = duckdb_reference("q4", units, tpch_dir / "static")
-    assert_same_rows(_rows(spark, ws.result_uri), ref, ordered=True, label="q4 via spark-submit")
 
 
 def test_batch_killed_before_rename_then_rerun(tpch_dir, units, spark, tmp_path):
