@@ -38,6 +38,16 @@ def units(tpch_dir) -> list[Path]:
 
 
 @pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3-compatible server (moto's, as a process: :mod:`iqp_dev.s3`) for the session,
+    its credentials and endpoint in this process's environment meanwhile."""
+    from iqp_dev.s3 import s3_server as serve
+
+    with serve(tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def spark():
     """One local[2] session for the in-process tests (same run_batch/run_final the jobs call)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

@@ -55,10 +55,10 @@ def test_double_claim_is_refused_and_retry_returns_the_same_manifest(tmp_path):
     assert not [p for p in (Path(ws.location) / "claims").iterdir() if p.name.startswith(".") and p.name != ".lock"]
 
 
-def _claimer(state_dir: str, worker: int, n_units: int, queue, barrier) -> None:
-    ws = open_store(state_dir).window("cq3", "w")
+def _claimer(location: str, worker: int, n_units: int, queue, barrier) -> None:
+    ws = open_store(location).window("cq3", "w")
     won = []
-    barrier.wait()  # both processes start claiming at the same moment
+    barrier.wait()  # every process starts claiming at the same moment
     for start in range(n_units):
         batch = worker * 1000 + start
         units = [f"{u:06d}" for u in range(start, min(start + 3, n_units))]
@@ -70,19 +70,31 @@ def _claimer(state_dir: str, worker: int, n_units: int, queue, barrier) -> None:
     queue.put(won)
 
 
-def test_concurrent_claims_from_two_processes_never_claim_a_unit_twice(tmp_path):
+@pytest.fixture(params=["local", "s3"])
+def any_store(request, tmp_path) -> str:
+    """The location of an empty store of each implementation: a directory, and a prefix on a
+    real S3-compatible server (:mod:`iqp_dev.s3`)."""
+    if request.param == "local":
+        return str(tmp_path / "state")
+    return request.getfixturevalue("s3_server").bucket("race") + f"/{tmp_path.name}"
+
+
+def test_eight_processes_racing_for_the_same_units_claim_each_unit_once(any_store):
+    """Eight processes claim overlapping runs of the same units at once; each unit has exactly
+    one winner, and together they claim every unit."""
     ctx = mp.get_context("fork")
-    queue, barrier = ctx.Queue(), ctx.Barrier(2)
-    n_units = 60
-    procs = [ctx.Process(target=_claimer, args=(str(tmp_path), w, n_units, queue, barrier)) for w in (1, 2)]
+    workers = range(1, 9)
+    queue, barrier = ctx.Queue(), ctx.Barrier(len(workers))
+    n_units = 12
+    procs = [ctx.Process(target=_claimer, args=(any_store, w, n_units, queue, barrier)) for w in workers]
     for p in procs:
         p.start()
-    won = [queue.get(timeout=60) for _ in procs]
+    won = [queue.get(timeout=120) for _ in procs]
     for p in procs:
         p.join(timeout=60)
         assert p.exitcode == 0
-    claims = open_store(tmp_path).window("cq3", "w").claims()
-    assert sorted(claims) == sorted(won[0] + won[1])
+    claims = open_store(any_store).window("cq3", "w").claims()
+    assert sorted(claims) == sorted(b for w in won for b in w)
     seen: dict[str, int] = {}
     for batch, manifest in claims.items():
         for u in manifest["units"]:

@@ -16,12 +16,13 @@ from airflow_iqp.store.base import StateStore
 from airflow_iqp.store.layout import ClaimError, batch_name, batch_of, query_key
 from airflow_iqp.store.window import QueryState, WindowState
 from airflow_iqp.store.local import LocalStore
+from airflow_iqp.store.objects import ObjectStore
 
-__all__ = ["ClaimError", "LocalStore", "QueryState", "StateStore", "WindowState", "batch_name", "batch_of",
+__all__ = ["ClaimError", "LocalStore", "ObjectStore", "QueryState", "StateStore", "WindowState", "batch_name", "batch_of",
            "open_store", "query_key", "window_at"]
 
 #: The stores by the scheme of their location; a location without one is a local directory.
-SCHEMES: dict[str, Callable[[str], StateStore]] = {"file": LocalStore}
+SCHEMES: dict[str, Callable[[str], StateStore]] = {"file": LocalStore, "s3": ObjectStore, "s3a": ObjectStore}
 
 
 def open_store(location: str | os.PathLike | StateStore) -> StateStore:

@@ -56,6 +56,10 @@ class StateStore(abc.ABC):
     def get(self, key: str) -> Any | None:
         """The JSON document at ``key``, or None."""
 
+    def get_many(self, keys: list[str]) -> dict[str, Any]:
+        """The JSON documents at ``keys`` that exist, by key (a store may fetch them side by side)."""
+        return {k: doc for k in keys if (doc := self.get(k)) is not None}
+
     @abc.abstractmethod
     def put(self, key: str, doc: Any) -> str:
         """Write ``doc`` at ``key`` atomically (a reader sees the old one or the new one); its location."""

@@ -126,13 +126,9 @@ class WindowState:
 
     def claims(self) -> dict[int, dict]:
         """Every claim of the window, by batch number."""
-        out = {}
-        for n in self.store.names(self._key("claims")):
-            if n.startswith(BATCH_PREFIX) and n.endswith(".json"):
-                doc = self.store.get(self._key("claims", n))
-                if doc is not None:
-                    out[batch_of(n)] = doc
-        return dict(sorted(out.items()))
+        names = [n for n in self.store.names(self._key("claims")) if n.startswith(BATCH_PREFIX) and n.endswith(".json")]
+        docs = self.store.get_many([self._key("claims", n) for n in names])
+        return {batch_of(n): docs[k] for n in names if (k := self._key("claims", n)) in docs}
 
     def claim_of(self, batch: int) -> dict | None:
         """Batch ``batch``'s claim, or None before it claimed."""

@@ -1,0 +1,276 @@
+"""The state store in an object store (``s3://bucket/prefix``), which every worker, host and
+Spark driver reaches: nothing in it rests on a local path, a file lock or a process id.
+
+Each key is an object under the location. The one primitive that must hold across machines
+is fsspec's create-only write (``pipe_file(..., mode="create")``: S3's ``If-None-Match: *``),
+which exactly one writer of a name wins; everything that must be exclusive is built on it:
+
+* a **lease**: ``<dir>/.lease/<generation>``, created by whoever takes it, holds its expiry.
+  The holder is the creator of the highest generation while that has not expired; a taker
+  of an expired lease creates the next generation, so two takers never both win, and the
+  holder's release deletes its object. A holder that dies simply stops renewing: after
+  :data:`LEASE_S` its lease is free. Leases compare expiry times written by other hosts, so
+  the hosts' clocks must agree to well within :data:`LEASE_S` (NTP gives milliseconds);
+* a window's claims are checked and written under the lease of its ``claims`` directory,
+  and :meth:`ObjectStore.update` under the lease of the document;
+* a log (the cost history) is one object per record, named by time and a random id, so
+  appends never conflict and no writer loses a record;
+* the cluster's turns are objects holding an expiry that the waiting or running task
+  renews from a thread: a task that is killed stops renewing, and its turn lapses.
+
+Credentials and the endpoint come from the usual AWS settings of each process
+(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ...), never from
+the location, so no secret is in a command line. Spark reads and writes the directories at
+``s3a://`` URIs (:meth:`ObjectStore.uri`). Pure Python: no Spark, no Airflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import threading
+import time
+import uuid
+from typing import Any, Callable, Iterator
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.store.base import StateStore, Ticket, Turns
+from airflow_iqp.store.layout import COST_HISTORY
+
+#: Seconds a lease or a turn holds without renewal. A claim holds its window's lease for a
+#: listing and two writes; a turn is renewed every third of this from its task.
+LEASE_S = 30.0
+#: The first wait before trying a held lease again; it doubles up to :data:`RETRY_MAX_S`,
+#: each wait drawn between half and one and a half of it, so that waiters spread out.
+RETRY_S = 0.01
+RETRY_MAX_S = 0.5
+LEASE_DIR = ".lease"
+#: The location's schemes (fsspec's protocol for each): Spark names S3 ``s3a``.
+PROTOCOLS = {"s3": "s3", "s3a": "s3"}
+
+
+class ObjectStore(StateStore):
+    """A state store under ``location`` (``s3://bucket/prefix``) in an object store."""
+
+    def __init__(self, location: str, fs: Any = None, lease_s: float = LEASE_S) -> None:
+        scheme, sep, rest = str(location).partition("://")
+        root = rest.strip("/")
+        if not sep or scheme not in PROTOCOLS or not root:
+            raise ConfigError(f"not an object store location: {location!r}; give s3://bucket/prefix",
+                              field="state_dir")
+        self.protocol, self.root, self.lease_s = PROTOCOLS[scheme], root, float(lease_s)
+        self.location = f"{self.protocol}://{root}"
+        if fs is None:
+            import fsspec
+
+            # No listing cache: another host's writes must show in the next listing.
+            fs = fsspec.filesystem(self.protocol, use_listings_cache=False)
+        self.fs = fs
+
+    def __repr__(self) -> str:
+        return f"ObjectStore({self.location!r})"
+
+    def _path(self, key: str) -> str:
+        return f"{self.root}/{key}" if key else self.root
+
+    # ----------------------------------------------------------------- primitives
+
+    def get(self, key: str) -> Any | None:
+        try:
+            data = self.fs.cat_file(self._path(key))
+        except FileNotFoundError:
+            return None
+        return json.loads(data)
+
+    def get_many(self, keys: list[str]) -> dict[str, Any]:
+        got = self.fs.cat([self._path(k) for k in keys], on_error="omit") if keys else {}  # side by side
+        return {k: json.loads(got[p]) for k in keys if (p := self._path(k)) in got}
+
+    def put(self, key: str, doc: Any) -> str:
+        # One PUT: a reader sees the old object or the new one, never part of it.
+        self.fs.pipe_file(self._path(key), _dumps(doc))
+        return self.uri(key)
+
+    def create(self, key: str, doc: Any) -> bool:
+        try:
+            self.fs.pipe_file(self._path(key), _dumps(doc), mode="create")
+        except FileExistsError:
+            return False
+        return True
+
+    def has(self, key: str) -> bool:
+        return bool(self.fs.exists(self._path(key)))
+
+    def names(self, prefix: str) -> list[str]:
+        try:
+            listed = self.fs.ls(self._path(prefix), detail=False)
+        except FileNotFoundError:
+            return []
+        own = self._path(prefix).rstrip("/")
+        out = {p.rstrip("/").rsplit("/", 1)[-1] for p in listed if p.rstrip("/") != own}
+        return sorted(n for n in out if n and not n.startswith("."))
+
+    def update(self, key: str, change: Callable[[Any | None], Any]) -> Any:
+        parent, _, name = key.rpartition("/")
+        with self._lease(f"{parent}/.{name}" if parent else f".{name}"):
+            old = self.get(key)
+            new = change(old)
+            if new != old:
+                self.put(key, new)
+            return new
+
+    @contextlib.contextmanager
+    def exclusive(self, prefix: str) -> Iterator[None]:
+        with self._lease(prefix):
+            yield
+
+    def append(self, key: str, record: dict) -> None:
+        # One object per record: appends never touch each other's objects.
+        name = f"{time.time_ns():020d}-{uuid.uuid4().hex}.json"
+        self.fs.pipe_file(self._path(f"{key}/{name}"), _dumps(record, sort_keys=True))
+
+    def lines(self, key: str) -> list[dict]:
+        keys = [f"{key}/{n}" for n in self.names(key) if n.endswith(".json")]
+        try:
+            return list(self.get_many(keys).values())  # in name order: the order they were appended
+        except json.JSONDecodeError as exc:
+            field = "cost_history" if key == COST_HISTORY else key
+            raise ConfigError(f"{self.uri(key)}: a record is not JSON ({exc})", field=field) from exc
+
+    def uri(self, key: str) -> str:
+        return f"s3a://{self._path(key)}" if self.protocol == "s3" else f"{self.protocol}://{self._path(key)}"
+
+    def version(self, key: str) -> Any:
+        try:
+            found = self.fs.find(self._path(key), detail=True, withdirs=False)
+        except FileNotFoundError:
+            return None
+        if not found:
+            return None
+        return tuple(sorted((p, str(i.get("ETag") or i.get("mtime") or ""), i.get("size")) for p, i in found.items()))
+
+    def turns(self) -> Turns:
+        return _LeaseTurns(self, "_turns")
+
+    # ----------------------------------------------------------------- leases
+
+    def _rm(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm_file(self._path(key))
+
+    def _generations(self, lease: str) -> list[int]:
+        return sorted(int(n) for n in self.names(lease) if n.isdigit())
+
+    def take_lease(self, prefix: str, wait: bool = True) -> str | None:
+        """Take the lease of ``prefix`` (waiting for it unless ``wait`` is False); the key of
+        the holder's object, which :meth:`renew_lease` renews and :meth:`drop_lease` releases."""
+        lease = f"{prefix}/{LEASE_DIR}" if prefix else LEASE_DIR
+        pause = RETRY_S
+        while True:
+            gens = self._generations(lease)
+            top = gens[-1] if gens else -1
+            free = top < 0
+            if not free:
+                doc = self.get(f"{lease}/{top:012d}")
+                if doc is None:  # released since the listing: look again
+                    continue
+                free = float(doc.get("expires", 0)) <= time.time()
+            if free:
+                key = f"{lease}/{top + 1:012d}"
+                if self.create(key, {"expires": time.time() + self.lease_s, "holder": uuid.uuid4().hex}):
+                    for g in gens:  # released or lapsed: the holders of these are gone
+                        self._rm(f"{lease}/{g:012d}")
+                    return key
+            if not wait:
+                return None
+            time.sleep(pause * random.uniform(0.5, 1.5))
+            pause = min(RETRY_MAX_S, pause * 2)
+
+    def renew_lease(self, key: str) -> None:
+        doc = self.get(key) or {}
+        self.put(key, {**doc, "expires": time.time() + self.lease_s})
+
+    def drop_lease(self, key: str) -> None:
+        self._rm(key)
+
+    @contextlib.contextmanager
+    def _lease(self, prefix: str) -> Iterator[None]:
+        key = self.take_lease(prefix)
+        try:
+            yield
+        finally:
+            self.drop_lease(key)
+
+
+def _dumps(doc: Any, sort_keys: bool = False) -> bytes:
+    # In the order given: a stream's columns are in the files' order.
+    return json.dumps(doc, indent=None if sort_keys else 2, sort_keys=sort_keys).encode("utf-8")
+
+
+class _LeaseTurns(Turns):
+    """Turns as objects: ``waiting/<name>`` while queued, ``running/<name>`` while running,
+    each holding an expiry that its task renews from a thread; one that has lapsed was left
+    by a task that is gone."""
+
+    def __init__(self, store: ObjectStore, prefix: str) -> None:
+        self.store, self.prefix = store, prefix
+
+    def key(self, state: str, name: str) -> str:
+        return f"{self.prefix}/{state}/{name}"
+
+    def live(self, state: str) -> list[str]:
+        """The names in ``state`` whose expiry has not passed; lapsed ones are removed."""
+        out = []
+        for n in self.store.names(f"{self.prefix}/{state}"):
+            doc = self.store.get(self.key(state, n))
+            if doc is not None and float(doc.get("expires", 0)) > time.time():
+                out.append(n)
+            elif doc is not None:
+                self.store._rm(self.key(state, n))
+        return out
+
+    @contextlib.contextmanager
+    def queue(self, name: str) -> Iterator["_LeaseTicket"]:
+        ticket = _LeaseTicket(self, name)
+        try:
+            yield ticket
+        finally:
+            ticket.release()
+
+
+class _LeaseTicket(Ticket):
+    def __init__(self, turns: _LeaseTurns, name: str) -> None:
+        self.turns, self.name, self.state = turns, name, "waiting"
+        self._mine = threading.Lock()
+        self._stop = threading.Event()
+        self._write()
+        self._renewer = threading.Thread(target=self._renew, name=f"iqp-turn-{name}", daemon=True)
+        self._renewer.start()
+
+    def _write(self) -> None:
+        store = self.turns.store
+        store.put(self.turns.key(self.state, self.name), {"expires": time.time() + store.lease_s})
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.turns.store.lease_s / 3):
+            with self._mine:
+                if not self._stop.is_set():
+                    self._write()
+
+    def try_take(self, slots: int, allowed: bool) -> tuple[bool, bool]:
+        t = self.turns
+        with t.store.exclusive(t.prefix):
+            ahead = [n for n in t.live("waiting") if n < self.name]
+            busy = [n for n in t.live("running") if n != self.name]
+            if not ahead and allowed and len(busy) < slots:
+                with self._mine:
+                    self.state = "running"
+                    self._write()
+                    t.store._rm(t.key("waiting", self.name))
+        return self.state == "running", bool(ahead)
+
+    def release(self) -> None:
+        self._stop.set()
+        self._renewer.join()
+        self.turns.store._rm(self.turns.key(self.state, self.name))
