@@ -123,13 +123,23 @@ def write_atomic(df, final_path: str | os.PathLike, before_rename=None) -> Path:
     ``before_rename(tmp_path)`` runs after the write and before the rename (tests use it
     to stop a job at exactly that point). An older directory at ``final_path`` is replaced.
     """
-    final_path = Path(final_path)
+    final_path = Path(_local_dir(final_path))
     make_dirs(final_path.parent)
     tmp = temp_sibling(final_path)
     df.write.mode("error").parquet(str(tmp))  # "error" (not "errorifexists"): Spark Connect knows only this name
     if before_rename is not None:
         before_rename(tmp)
     return replace_dir(tmp, final_path)
+
+
+def _local_dir(path: str | os.PathLike) -> str:
+    """``path`` as a local directory: a partial or a result is made whole by a rename, which
+    holds on a local (or shared) file system, not in an object store."""
+    if not is_local(path):
+        raise ConfigError(f"{path}: the Spark jobs write partials and results on a file system (a local or "
+                          f"shared directory) only, not in an object store: set [iqp] state_dir to a directory",
+                          field="state_dir")
+    return local_path(path)
 
 
 #: A window's result estimated at no more rows than this is collected through Arrow and
@@ -149,6 +159,7 @@ def write_result(df, final_path: str | os.PathLike, rows_estimate: int | None = 
     mixes time stamps with and without a time zone, which one file cannot store as Spark
     would, by :func:`write_atomic`. Either way a reader sees the whole result or none.
     """
+    final_path = _local_dir(final_path)
     if rows_estimate is None or rows_estimate > COLLECT_MAX_ROWS:
         return write_atomic(df, final_path)
     import uuid
