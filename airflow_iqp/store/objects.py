@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import threading
 import time
@@ -64,8 +65,12 @@ class ObjectStore(StateStore):
         if fs is None:
             import fsspec
 
-            # No listing cache: another host's writes must show in the next listing.
-            fs = fsspec.filesystem(self.protocol, use_listings_cache=False)
+            # No listing cache: another host's writes must show in the next listing. The
+            # endpoint is passed, not left to the client to read, so that fsspec's cache of
+            # file systems keeps one per endpoint.
+            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+            fs = fsspec.filesystem(self.protocol, use_listings_cache=False,
+                                   **({"endpoint_url": endpoint} if endpoint else {}))
         self.fs = fs
 
     def __repr__(self) -> str:

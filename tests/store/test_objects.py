@@ -137,3 +137,17 @@ def test_a_live_turn_is_renewed_past_its_lease_and_a_killed_tasks_turn_lapses(lo
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_store_opened_after_the_endpoint_changed_reaches_the_new_endpoint(location, tmp_path):
+    """fsspec keeps one file system per set of arguments: a store opened against a second
+    server must not reuse the first one's."""
+    from iqp_dev.s3 import s3_server
+
+    open_store(location).put("here.json", {"server": 1})
+    with s3_server(tmp_path) as second:
+        other = second.bucket("objects") + "/" + location.rsplit("/", 1)[-1]
+        assert other == location  # the same name, on another server
+        assert open_store(other).get("here.json") is None
+        open_store(other).put("here.json", {"server": 2})
+    assert open_store(location).get("here.json") == {"server": 1}
