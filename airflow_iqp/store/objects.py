@@ -39,8 +39,8 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.store.base import StateStore, Ticket, Turns
 from airflow_iqp.store.layout import COST_HISTORY
 
-#: Seconds a lease or a turn holds without renewal. A claim holds its window's lease for a
-#: listing and two writes; a turn is renewed every third of this from its task.
+#: Seconds a lease or a turn holds without renewal. A claim holds its window's lease while it
+#: lists and reads the claims and writes one; a turn is renewed every third of this from its task.
 LEASE_S = 30.0
 #: The first wait before trying a held lease again; it doubles up to :data:`RETRY_MAX_S`,
 #: each wait drawn between half and one and a half of it, so that waiters spread out.
@@ -144,7 +144,7 @@ class ObjectStore(StateStore):
             raise ConfigError(f"{self.uri(key)}: a record is not JSON ({exc})", field=field) from exc
 
     def uri(self, key: str) -> str:
-        return f"s3a://{self._path(key)}" if self.protocol == "s3" else f"{self.protocol}://{self._path(key)}"
+        return f"s3a://{self._path(key)}"  # Spark's connector for S3
 
     def version(self, key: str) -> Any:
         try:
@@ -167,9 +167,9 @@ class ObjectStore(StateStore):
     def _generations(self, lease: str) -> list[int]:
         return sorted(int(n) for n in self.names(lease) if n.isdigit())
 
-    def take_lease(self, prefix: str, wait: bool = True) -> str | None:
-        """Take the lease of ``prefix`` (waiting for it unless ``wait`` is False); the key of
-        the holder's object, which :meth:`renew_lease` renews and :meth:`drop_lease` releases."""
+    def take_lease(self, prefix: str) -> str:
+        """Take the lease of ``prefix``, waiting for it; the key of the holder's object, which
+        :meth:`drop_lease` releases."""
         lease = f"{prefix}/{LEASE_DIR}" if prefix else LEASE_DIR
         pause = RETRY_S
         while True:
@@ -180,21 +180,15 @@ class ObjectStore(StateStore):
                 doc = self.get(f"{lease}/{top:012d}")
                 if doc is None:  # released since the listing: look again
                     continue
-                free = float(doc.get("expires", 0)) <= time.time()
+                free = _lapsed(doc)
             if free:
                 key = f"{lease}/{top + 1:012d}"
                 if self.create(key, {"expires": time.time() + self.lease_s, "holder": uuid.uuid4().hex}):
                     for g in gens:  # released or lapsed: the holders of these are gone
                         self._rm(f"{lease}/{g:012d}")
                     return key
-            if not wait:
-                return None
             time.sleep(pause * random.uniform(0.5, 1.5))
             pause = min(RETRY_MAX_S, pause * 2)
-
-    def renew_lease(self, key: str) -> None:
-        doc = self.get(key) or {}
-        self.put(key, {**doc, "expires": time.time() + self.lease_s})
 
     def drop_lease(self, key: str) -> None:
         self._rm(key)
@@ -206,6 +200,11 @@ class ObjectStore(StateStore):
             yield
         finally:
             self.drop_lease(key)
+
+
+def _lapsed(doc: dict) -> bool:
+    """Whether a lease's or a turn's expiry has passed."""
+    return float(doc.get("expires", 0)) <= time.time()
 
 
 def _dumps(doc: Any, sort_keys: bool = False) -> bytes:
@@ -226,14 +225,11 @@ class _LeaseTurns(Turns):
 
     def live(self, state: str) -> list[str]:
         """The names in ``state`` whose expiry has not passed; lapsed ones are removed."""
-        out = []
-        for n in self.store.names(f"{self.prefix}/{state}"):
-            doc = self.store.get(self.key(state, n))
-            if doc is not None and float(doc.get("expires", 0)) > time.time():
-                out.append(n)
-            elif doc is not None:
-                self.store._rm(self.key(state, n))
-        return out
+        docs = self.store.get_many([self.key(state, n) for n in self.store.names(f"{self.prefix}/{state}")])
+        for key in [k for k, doc in docs.items() if _lapsed(doc)]:
+            self.store._rm(key)
+            del docs[key]
+        return [k.rsplit("/", 1)[-1] for k in docs]
 
     @contextlib.contextmanager
     def queue(self, name: str) -> Iterator["_LeaseTicket"]:
