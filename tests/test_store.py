@@ -103,6 +103,53 @@ def test_eight_processes_racing_for_the_same_units_claim_each_unit_once(any_stor
     assert set(seen) == {f"{u:06d}" for u in range(n_units)}  # greedy claiming covers every unit
 
 
+def _write_part(uri: str, text: str) -> None:
+    """Write one file into the directory at ``uri`` (local or ``s3a://``), as a Spark job would."""
+    from airflow_iqp.store.objects import fs_and_path
+
+    if "://" in uri:
+        fs, path = fs_and_path(uri)
+        fs.pipe_file(f"{path}/part-0.parquet", text.encode())
+    else:
+        os.makedirs(uri)
+        Path(uri, "part-0.parquet").write_text(text)
+
+
+def _read_part(uri: str) -> str:
+    from airflow_iqp.store.objects import fs_and_path
+
+    if "://" in uri:
+        fs, path = fs_and_path(uri)
+        return fs.cat_file(f"{path}/part-0.parquet").decode()
+    return Path(uri, "part-0.parquet").read_text()
+
+
+def test_a_partial_appears_whole_and_a_rewrite_replaces_it_in_each_store(any_store):
+    """A writer that fails half-way leaves nothing a reader sees; a partial written again is a
+    new version, read at its new place; a scratch directory goes when removed."""
+    ws = open_store(any_store).window("q", "w")
+
+    def fails(uri: str) -> None:
+        _write_part(uri, "half")
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        ws.write_partial(0, fails)
+    assert ws.written_partials() == {} and not ws.has_partial(0) and ws.partial_versions() == {}
+    first = ws.write_partial(0, lambda uri: _write_part(uri, "one"))
+    assert ws.written_partials() == {0: first} and _read_part(first) == "one"
+    v1 = ws.partial_versions()
+    second = ws.write_partial(0, lambda uri: _write_part(uri, "two"))
+    assert ws.written_partials() == {0: second} and _read_part(second) == "two"
+    assert ws.partial_versions() != v1 and list(ws.partial_versions()) == [second]
+    result = ws.write_result(lambda uri: _write_part(uri, "result"))
+    assert ws.result_uri == result and _read_part(result) == "result"
+    ws.write_scratch("rehearsal", lambda uri: _write_part(uri, "scratch"))
+    ws.remove_scratch("rehearsal")
+    assert ws.store.dir_uri(f"q/w/.rehearsal") is None
+    assert ws.store.names("q/w/partials") == ["batch-0000"]
+
+
 def test_list_units_sees_only_complete_units(tmp_path):
     (tmp_path / "000002").mkdir()
     for f in ("orders.parquet", "lineitem.parquet"):

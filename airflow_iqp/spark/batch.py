@@ -2,9 +2,8 @@
 
 The store hands a batch job its work by value (:func:`batch_work`): the files its claim
 lists (without the units quarantined when claimed), the units they belong to, and where its
-partial and metrics go. The job reads exactly those files, writes the partial to a hidden
-temporary directory beside its place and renames it into place (a retry replaces only its
-own), then its metrics, and a ``batch`` line of the cost history. No Airflow import here:
+partial and metrics go. The job reads exactly those files, writes the partial through the
+store, where it appears whole (a retry replaces only its own), then its metrics, and a ``batch`` line of the cost history. No Airflow import here:
 this runs on a Spark driver.
 """
 
@@ -19,9 +18,8 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units
 from airflow_iqp.query.store import Saved, load_query
 from airflow_iqp.spark.jobmetrics import StepMeter
-from airflow_iqp.spark.steps import parquet_rows, run_batch, write_atomic
+from airflow_iqp.spark.steps import parquet_rows, parquet_writer, run_batch
 from airflow_iqp.store import WindowState, open_store
-from airflow_iqp.store.files import atomic_write_json, remove_temps
 from airflow_iqp.window.accounting import record_batch_cost
 
 #: Test hook: with this set to SECONDS the job sleeps that long after the partial is
@@ -92,7 +90,6 @@ def execute_batch(spark, work: dict, *, backend: str, history: bool = True) -> d
     saved = load_query(work["query"], ws.store)
     query = saved.query
     _check_work(work, saved)
-    remove_temps(work["partial"])  # left by a killed attempt of this same batch
     files, units = [str(f) for f in work["files"]], list(work["units"])
     if work["claimed"] and not units:  # every unit quarantined when claimed: nothing to compute
         return {"query": query.id, "batch": work["batch"], "units": 0, "unit_ids": [],
@@ -105,17 +102,17 @@ def execute_batch(spark, work: dict, *, backend: str, history: bool = True) -> d
         inspection = inspect_files(files, saved, record, claimed=claimed, checked=work["checked"])
         infos = inspection.infos
         df = run_batch(spark, saved, files, work["static"] or None, inspection=inspection)
-        write_atomic(df, work["partial"], before_rename=_pause_hook)
+        partial = ws.write_partial(work["batch"], parquet_writer(df, before_commit=_pause_hook))
     later = {q["unit"] for q in inspection.quarantined}  # found bad past the claim's sample
     units = [u for u in units if u not in later]
     metrics = {
         "query": query.id, "batch": work["batch"], "units": len(units), "unit_ids": units, "files": len(infos),
         "bytes": sum(i.bytes or 0 for i in infos), "rows_in": sum(i.rows or 0 for i in infos),
-        "rows_out": parquet_rows(work["partial"]), "wall_seconds": meter.wall_seconds,
+        "rows_out": parquet_rows(partial), "wall_seconds": meter.wall_seconds,
         "cpu_seconds": meter.cpu_seconds, "task_seconds": meter.task_seconds, "backend": backend,
         "quarantined": work["quarantined"] + inspection.quarantined, "written_at": time.time(),
     }
-    atomic_write_json(work["metrics"], metrics)
+    ws.write_metrics(work["batch"], metrics)
     if history:
         record_batch_cost(ws, metrics, work["claimed_at"], backend)
     return metrics

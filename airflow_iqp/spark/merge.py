@@ -2,9 +2,9 @@
 
 Before merging, the window's claims and written partials are checked against each other:
 every batch that claimed input has a partial, every partial has a claim, and every unit
-(and file) is covered exactly once (:func:`check_coverage`). The result is written to a
-hidden temporary directory and renamed into place, and its manifest is written last: its
-presence marks the result complete. A result written again with more units (late data
+(and file) is covered exactly once (:func:`check_coverage`). The result is written through the store,
+where it appears whole, and its manifest is written last: its presence marks the result
+complete. A result written again with more units (late data
 merged in) is a new revision (:func:`revisions`). No Airflow import here: this runs on a
 Spark driver.
 """
@@ -17,7 +17,7 @@ from airflow_iqp.errors import DataError
 from airflow_iqp.filecheck import Inspection, files_to_read, kept_units
 from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.jobmetrics import StepMeter
-from airflow_iqp.spark.steps import parquet_rows, run_batch, run_final, write_result
+from airflow_iqp.spark.steps import parquet_rows, parquet_writer, run_batch, run_final
 from airflow_iqp.store import WindowState
 from airflow_iqp.window.accounting import merge_span, record_merge_cost
 
@@ -79,7 +79,7 @@ def merge_rows_estimate(ws: WindowState, partials: list[str], tail_rows_in: int 
     input rows among the written batches, or those input rows themselves when no batch is
     written. None when a tail's input rows are unknown (files on an object store are not
     inspected). A result has no more rows than its merge reads:
-    :func:`~airflow_iqp.spark.steps.write_result` collects a small one."""
+    :func:`~airflow_iqp.spark.steps.parquet_writer` collects a small one."""
     if tail and tail_rows_in is None:
         return None
     by_uri = {uri: b for b, uri in ws.written_partials().items()}
@@ -121,13 +121,13 @@ def execute_final(spark, ws: WindowState, *, backend: str, expect_units: int | N
             df = run_final(spark, saved, paths)
         else:  # an empty window: nothing landed, every batch skipped
             df = run_final(spark, saved, [], also=empty_partial(spark, saved, ws))
-        write_result(df, ws.result_uri, rows_estimate)
+        result = ws.write_result(parquet_writer(df, rows_estimate))
     bad = quarantined_units(ws, cover["batches"], quarantined)
     out = {q["unit"] for q in bad}
     manifest = {
-        "query": query.id, "window": ws.window_id, "result": ws.result_uri,
+        "query": query.id, "window": ws.window_id, "result": result,
         **cover, "units": [u for u in cover["units"] if u not in out], "quarantined": bad,
-        "rows_out": parquet_rows(ws.result_uri),
+        "rows_out": parquet_rows(result),
         "wall_seconds": meter.wall_seconds, "cpu_seconds": meter.cpu_seconds, "task_seconds": meter.task_seconds,
         "backend": backend, "written_at": time.time(),
     }

@@ -17,7 +17,8 @@ from airflow_iqp.filecheck import Inspection, inspect_files
 from airflow_iqp.query.model import Query
 from airflow_iqp.query.store import Saved, catalogued
 from airflow_iqp.paths import check_name, is_local, local_path, make_dirs
-from airflow_iqp.store.files import replace_dir, temp_sibling
+from airflow_iqp.store.files import write_dir
+from airflow_iqp.store.objects import fs_and_path
 from airflow_iqp.streams import Stream, stream_of
 from airflow_iqp.streams import schema_ddl as columns_ddl
 
@@ -117,51 +118,50 @@ def run_final(spark, query: Saved | str, partials, also=None, static=None):
     return query.compute_final(spark, union if also is None else union.unionByName(also), static=static)
 
 
-def write_atomic(df, final_path: str | os.PathLike, before_rename=None) -> Path:
-    """Write ``df`` as parquet to a hidden sibling of ``final_path``, then rename it into place.
+def parquet_writer(df, rows_estimate: int | None = None, before_commit=None):
+    """What writes ``df`` as parquet at a fresh place: ``write(uri)``, for the state store's
+    :meth:`~airflow_iqp.store.base.StateStore.write_dir` (or :func:`write_atomic`), which
+    makes it appear whole.
 
-    ``before_rename(tmp_path)`` runs after the write and before the rename (tests use it
-    to stop a job at exactly that point). An older directory at ``final_path`` is replaced.
+    A result estimated at no more than :data:`COLLECT_MAX_ROWS` rows (``rows_estimate``)
+    on a local file system is collected through Arrow and written by this process as one
+    file, laid out as Spark writes one (``part-00000-*.parquet`` and ``_SUCCESS``; time
+    stamps as INT96, Spark's default); else, and for a result that mixes time stamps with
+    and without a time zone, which one file cannot store as Spark would, by a Spark write
+    job. ``before_commit(uri)`` runs after the write (tests use it to stop a job at exactly
+    that point).
     """
-    final_path = Path(_local_dir(final_path))
-    make_dirs(final_path.parent)
-    tmp = temp_sibling(final_path)
-    df.write.mode("error").parquet(str(tmp))  # "error" (not "errorifexists"): Spark Connect knows only this name
-    if before_rename is not None:
-        before_rename(tmp)
-    return replace_dir(tmp, final_path)
+    def write(uri: str) -> None:
+        if not (rows_estimate is not None and rows_estimate <= COLLECT_MAX_ROWS and is_local(uri)
+                and _write_arrow(df, local_path(uri))):
+            df.write.mode("error").parquet(uri)  # "error" (not "errorifexists"): Spark Connect knows only this name
+        if before_commit is not None:
+            before_commit(uri)
+
+    return write
 
 
-def _local_dir(path: str | os.PathLike) -> str:
-    """``path`` as a local directory: a partial or a result is made whole by a rename, which
-    holds on a local (or shared) file system, not in an object store."""
-    if not is_local(path):
-        raise ConfigError(f"{path}: the Spark jobs write partials and results on a file system (a local or "
-                          f"shared directory) only, not in an object store: set [iqp] state_dir to a directory",
-                          field="state_dir")
-    return local_path(path)
+def write_atomic(df, final_path: str | os.PathLike, before_rename=None, rows_estimate: int | None = None) -> Path:
+    """Write ``df`` as parquet to the local directory ``final_path``, whole or not at all
+    (:func:`~airflow_iqp.store.files.write_dir`; an older one is replaced). The state
+    store's partials and results are written through the store instead."""
+    if not is_local(final_path):
+        raise ConfigError(f"{final_path}: not a local directory; a state store writes its partials and results "
+                          f"(WindowState.write_partial, write_result)", field="path")
+    return write_dir(local_path(final_path), parquet_writer(df, rows_estimate, before_rename))
 
 
 #: A window's result estimated at no more rows than this is collected through Arrow and
-#: written by this process (:func:`write_result`) instead of by a Spark write job. A write
+#: written by this process (:func:`parquet_writer`) instead of by a Spark write job. A write
 #: job's file commit costs 0.05 s (CQ1) to 0.25 s (Q10) more on a warm local Connect server,
 #: where a tight deadline leaves tenths of a second; 100,000 rows of an aggregate's result
 #: are a few megabytes in the final task's memory.
 COLLECT_MAX_ROWS = 100_000
 
 
-def write_result(df, final_path: str | os.PathLike, rows_estimate: int | None = None) -> Path:
-    """Write a window's result ``df`` to ``final_path`` as parquet, atomically.
-
-    With ``rows_estimate`` at most :data:`COLLECT_MAX_ROWS` the result is collected through
-    Arrow and written here as one file, laid out as Spark writes one (``part-00000-*.parquet``
-    and ``_SUCCESS``; time stamps as INT96, Spark's default); else, and for a result that
-    mixes time stamps with and without a time zone, which one file cannot store as Spark
-    would, by :func:`write_atomic`. Either way a reader sees the whole result or none.
-    """
-    final_path = _local_dir(final_path)
-    if rows_estimate is None or rows_estimate > COLLECT_MAX_ROWS:
-        return write_atomic(df, final_path)
+def _write_arrow(df, path: str) -> bool:
+    """Write ``df``'s rows as one parquet file in the new directory ``path``, as Spark would
+    lay it out; False (nothing written) for rows that one file cannot store as Spark would."""
     import uuid
 
     import pyarrow as pa
@@ -170,15 +170,12 @@ def write_result(df, final_path: str | os.PathLike, rows_estimate: int | None = 
     table = _arrow_table(df)
     stamps = [f.type.tz for f in table.schema if pa.types.is_timestamp(f.type)]
     if stamps and any(stamps) and not all(stamps):
-        return write_atomic(df, final_path)
-    final_path = Path(final_path)
-    make_dirs(final_path.parent)
-    tmp = temp_sibling(final_path)
-    make_dirs(tmp)
-    pq.write_table(table, str(tmp / f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"),
+        return False
+    make_dirs(path)
+    pq.write_table(table, str(Path(path) / f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"),
                    use_deprecated_int96_timestamps=bool(stamps and all(stamps)))
-    (tmp / "_SUCCESS").touch()
-    return replace_dir(tmp, final_path)
+    (Path(path) / "_SUCCESS").touch()
+    return True
 
 
 def _arrow_table(df):
@@ -196,11 +193,21 @@ def _arrow_table(df):
     return table.cast(to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True, timezone="UTC"))
 
 
-def parquet_rows(path: str | os.PathLike) -> int | None:
-    """Rows in a local parquet directory written by Spark (from the footers)."""
+def parquet_rows(uri: str | os.PathLike) -> int | None:
+    """Rows in a parquet directory written by Spark, local or in an object store (from the
+    files' footers); None if there is none."""
     import pyarrow.parquet as pq
 
-    p = Path(path)
-    if not p.is_dir():
+    if is_local(uri):
+        p = Path(local_path(uri))
+        if not p.is_dir():
+            return None
+        return sum(pq.ParquetFile(f).metadata.num_rows for f in p.glob("*.parquet"))
+    fs, path = fs_and_path(str(uri))
+    if not fs.isdir(path):
         return None
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in p.glob("*.parquet"))
+    total = 0
+    for f in fs.glob(f"{path.rstrip('/')}/*.parquet"):
+        with fs.open(f, "rb") as fh:
+            total += pq.ParquetFile(fh).metadata.num_rows
+    return total

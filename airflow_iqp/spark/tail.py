@@ -12,7 +12,6 @@ No Airflow import here.
 
 from __future__ import annotations
 
-import shutil
 import time
 
 from airflow_iqp.coordination import cluster_turn
@@ -20,9 +19,8 @@ from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units, unit
 from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.batch import batch_work, execute_batch
 from airflow_iqp.spark.merge import execute_final, merge_rows_estimate
-from airflow_iqp.spark.steps import run_batch, run_final, write_result
+from airflow_iqp.spark.steps import parquet_writer, run_batch, run_final
 from airflow_iqp.store import WindowState
-from airflow_iqp.store.files import temp_sibling
 from airflow_iqp.streams import stream_of
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.readiness import fold_into_tail, wait_and_claim
@@ -150,7 +148,6 @@ def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0,
     saved = load_query(ws.query_id, ws.store)
     unit = kept_units(claims[-1])[-1]
     files = [f for f in files_to_read(claims[-1]) if unit_of(f, stream_of(f, saved.streams)) == unit]
-    out = temp_sibling(ws.result_uri)
     try:
         with cluster_turn(tail, slots, planned=tail.remaining_cost, until=until) as got:
             if not got or time.time() >= until:
@@ -160,13 +157,13 @@ def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0,
             part = run_batch(spark, saved, files, tail.static or None, inspection=inspection)
             df = run_final(spark, saved, written["df"] if written else [], also=part)
             rows = merge_rows_estimate(ws, list(written["dirs"]) if written else [], _rows_in(inspection), tail=True)
-            write_result(df, out, rows)
+            ws.write_scratch("rehearsal", parquet_writer(df, rows))
     except Exception as exc:  # noqa: BLE001 - a rehearsal only warms the session; the tail reports errors
         print(f"airflow-iqp final_job: {tail.label}: rehearsal failed, ignored: {type(exc).__name__}: {exc}",
               flush=True)
         return None
     finally:
-        shutil.rmtree(out, ignore_errors=True)
+        ws.remove_scratch("rehearsal")
     seconds = time.perf_counter() - t0
     print(f"airflow-iqp final_job: {tail.label}: rehearsed on unit {unit} in {seconds:.2f} s", flush=True)
     return seconds

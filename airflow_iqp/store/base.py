@@ -9,8 +9,8 @@ location of its own. ``docs/state-layout.md`` describes every entry.
 
 An implementation gives a handful of primitives on keys (``/``-separated names relative to
 the store): read, write and list JSON documents, update one atomically, append to a log,
-a lock that the window's claims are made under, the URI where Spark reads or writes a
-directory, and the cluster's turns. :mod:`airflow_iqp.store.local` is the one on a local
+a lock that the window's claims are made under, a directory that a Spark job writes and
+that appears whole (:meth:`StateStore.write_dir`), and the cluster's turns. :mod:`airflow_iqp.store.local` is the one on a local
 (or shared) file system. Pure Python: no Spark, no Airflow.
 """
 
@@ -96,7 +96,27 @@ class StateStore(abc.ABC):
 
     @abc.abstractmethod
     def uri(self, key: str) -> str:
-        """Where a Spark job reads or writes the directory at ``key``."""
+        """The URI of ``key`` itself: a document's location, or a directory's name in the store
+        (where it is read is :meth:`dir_uri`)."""
+
+    @abc.abstractmethod
+    def write_dir(self, key: str, write: Callable[[str], Any]) -> str:
+        """Have ``write(uri)`` write a directory (a Spark job's parquet) at a fresh place, then
+        make it the directory at ``key``: a reader sees the one before or the new one, whole,
+        never part of one; one written again replaces it. Returns where it is read
+        (:meth:`dir_uri`)."""
+
+    @abc.abstractmethod
+    def dir_uri(self, key: str) -> str | None:
+        """Where a Spark job reads the directory written at ``key`` (:meth:`write_dir`), or None."""
+
+    def dir_uris(self, keys: list[str]) -> dict[str, str]:
+        """:meth:`dir_uri` of each of ``keys`` that has a directory, by key."""
+        return {k: uri for k in keys if (uri := self.dir_uri(k)) is not None}
+
+    @abc.abstractmethod
+    def remove_dir(self, key: str) -> None:
+        """Remove the directory at ``key``, if any."""
 
     @abc.abstractmethod
     def version(self, key: str) -> Any:

@@ -16,7 +16,7 @@ import os
 import shutil
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from airflow_iqp.paths import make_dirs, open_private, private_temp, restrict_tree
 
@@ -72,6 +72,18 @@ def replace_dir(tmp_dir: str | os.PathLike, final_dir: str | os.PathLike) -> Pat
     if trash is not None:
         shutil.rmtree(trash, ignore_errors=True)
     return final_dir
+
+
+def write_dir(final: str | os.PathLike, write: Callable[[str], Any]) -> Path:
+    """Have ``write(path)`` write a directory at a fresh hidden sibling of ``final``, then move
+    it into place (:func:`replace_dir`). Temporaries that killed writers of ``final`` left
+    are removed first."""
+    final = Path(final)
+    remove_temps(final)
+    make_dirs(final.parent)
+    tmp = temp_sibling(final)
+    write(str(tmp))
+    return replace_dir(tmp, final)
 
 
 def remove_temps(final: str | os.PathLike) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -21,7 +22,7 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.paths import make_dirs, open_private, private_temp
 from airflow_iqp.store.base import StateStore, Ticket, Turns
 from airflow_iqp.store.layout import COST_HISTORY
-from airflow_iqp.store.files import atomic_write_json, atomic_write_text, locked, read_json
+from airflow_iqp.store.files import atomic_write_json, atomic_write_text, locked, read_json, write_dir
 
 
 class LocalStore(StateStore):
@@ -116,6 +117,16 @@ class LocalStore(StateStore):
 
     def uri(self, key: str) -> str:
         return str(self._path(key))
+
+    def write_dir(self, key: str, write: Callable[[str], Any]) -> str:
+        return str(write_dir(self._path(key), write))
+
+    def dir_uri(self, key: str) -> str | None:
+        path = self._path(key)
+        return str(path) if path.is_dir() else None
+
+    def remove_dir(self, key: str) -> None:
+        shutil.rmtree(self._path(key), ignore_errors=True)
 
     def version(self, key: str) -> Any:
         try:

@@ -20,8 +20,10 @@ which exactly one writer of a name wins; everything that must be exclusive is bu
 
 Credentials and the endpoint come from the usual AWS settings of each process
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, ...), never from
-the location, so no secret is in a command line. Spark reads and writes the directories at
-``s3a://`` URIs (:meth:`ObjectStore.uri`). Pure Python: no Spark, no Airflow.
+the location, so no secret is in a command line. Spark writes each partial and result to a
+directory of its own at an ``s3a://`` URI, and the store's key then names that directory
+(:meth:`ObjectStore.write_dir`): S3 has no rename to move a directory into place. Pure
+Python: no Spark, no Airflow.
 """
 
 from __future__ import annotations
@@ -62,16 +64,7 @@ class ObjectStore(StateStore):
                               field="state_dir")
         self.protocol, self.root, self.lease_s = PROTOCOLS[scheme], root, float(lease_s)
         self.location = f"{self.protocol}://{root}"
-        if fs is None:
-            import fsspec
-
-            # No listing cache: another host's writes must show in the next listing. The
-            # endpoint is passed, not left to the client to read, so that fsspec's cache of
-            # file systems keeps one per endpoint.
-            endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-            fs = fsspec.filesystem(self.protocol, use_listings_cache=False,
-                                   **({"endpoint_url": endpoint} if endpoint else {}))
-        self.fs = fs
+        self.fs = fs if fs is not None else object_fs(self.protocol)
 
     def __repr__(self) -> str:
         return f"ObjectStore({self.location!r})"
@@ -146,6 +139,47 @@ class ObjectStore(StateStore):
     def uri(self, key: str) -> str:
         return f"s3a://{self._path(key)}"  # Spark's connector for S3
 
+    def write_dir(self, key: str, write: Callable[[str], Any]) -> str:
+        # Each write goes to a directory of its own, hidden beside the key, and the key
+        # becomes an object naming it: one PUT, so a reader finds the old directory or the
+        # new one, each whole. S3 has no rename: a writer killed half-way leaves only a
+        # hidden directory that nothing names, and a zombie writer never touches another's.
+        parent, _, name = key.rpartition("/")
+        data = f"{parent}/.{name}.v{uuid.uuid4().hex[:16]}" if parent else f".{name}.v{uuid.uuid4().hex[:16]}"
+        write(self.uri(data))
+        before: list[Any] = []
+
+        def point(old: Any) -> dict:
+            before.append(old)
+            return {"dir": data.rpartition("/")[2], "written_at": time.time()}
+
+        self.update(key, point)
+        if isinstance(before[0], dict) and before[0].get("dir"):  # the one replaced: nothing names it now
+            self._rm_tree(self._sibling(key, before[0]["dir"]))
+        return self.uri(data)
+
+    def dir_uri(self, key: str) -> str | None:
+        return self.dir_uris([key]).get(key)
+
+    def dir_uris(self, keys: list[str]) -> dict[str, str]:
+        return {k: self.uri(self._sibling(k, doc["dir"])) for k, doc in self.get_many(keys).items()
+                if isinstance(doc, dict) and doc.get("dir")}
+
+    def remove_dir(self, key: str) -> None:
+        doc = self.get(key)
+        if isinstance(doc, dict) and doc.get("dir"):
+            self._rm(key)
+            self._rm_tree(self._sibling(key, doc["dir"]))
+
+    @staticmethod
+    def _sibling(key: str, name: str) -> str:
+        parent = key.rpartition("/")[0]
+        return f"{parent}/{name}" if parent else name
+
+    def _rm_tree(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.rm(self._path(key), recursive=True)
+
     def version(self, key: str) -> Any:
         try:
             found = self.fs.find(self._path(key), detail=True, withdirs=False)
@@ -200,6 +234,25 @@ class ObjectStore(StateStore):
             yield
         finally:
             self.drop_lease(key)
+
+
+def object_fs(protocol: str = "s3") -> Any:
+    """The fsspec file system of ``protocol`` with this process's AWS settings. No listing
+    cache: another host's writes must show in the next listing. The endpoint
+    (``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``) is passed, not left to the client to
+    read, so that fsspec's cache of file systems keeps one per endpoint."""
+    import fsspec
+
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    return fsspec.filesystem(protocol, use_listings_cache=False, **({"endpoint_url": endpoint} if endpoint else {}))
+
+
+def fs_and_path(uri: str) -> tuple[Any, str]:
+    """The file system (:func:`object_fs`) and its path of an ``s3://`` or ``s3a://`` URI."""
+    scheme, sep, rest = str(uri).partition("://")
+    if not sep or scheme not in PROTOCOLS:
+        raise ConfigError(f"not an object store URI: {uri!r}; give s3://bucket/key", field="uri")
+    return object_fs(PROTOCOLS[scheme]), rest
 
 
 def _lapsed(doc: dict) -> bool:

@@ -185,21 +185,31 @@ class WindowState:
     # ----------------------------------------------------------------- partials and the result
 
     def partial_uri(self, batch: int) -> str:
-        """Where batch ``batch``'s partial result is written (a parquet directory)."""
-        return self.store.uri(self._key("partials", batch_name(batch)))
+        """Batch ``batch``'s partial by its name in the store (where a written one is read:
+        :meth:`written_partials`)."""
+        return self.store.uri(self._partial_key(batch))
+
+    def write_partial(self, batch: int, write) -> str:
+        """Have ``write(uri)`` write batch ``batch``'s partial (a parquet directory), which
+        appears whole (:meth:`~airflow_iqp.store.base.StateStore.write_dir`); where it is read."""
+        return self.store.write_dir(self._partial_key(batch), write)
 
     def has_partial(self, batch: int) -> bool:
-        return self.store.has(self._key("partials", batch_name(batch)))
+        return self.store.has(self._partial_key(batch))
 
     def written_partials(self) -> dict[int, str]:
-        """The partials written by now, batch -> URI, in batch order."""
-        return {batch_of(n): self.store.uri(self._key("partials", n))
-                for n in self.store.names(self._key("partials")) if n.startswith(BATCH_PREFIX) and "." not in n}
+        """The partials written by now, batch -> where it is read, in batch order."""
+        keys = [self._key("partials", n) for n in self.store.names(self._key("partials"))
+                if n.startswith(BATCH_PREFIX) and "." not in n]
+        return {batch_of(k): uri for k, uri in sorted(self.store.dir_uris(keys).items())}
 
     def partial_versions(self) -> dict[str, Any]:
         """URI -> version of each written partial: a partial written again (a retry) is a new version."""
         return {uri: v for b, uri in self.written_partials().items()
-                if (v := self.store.version(self._key("partials", batch_name(b)))) is not None}
+                if (v := self.store.version(self._partial_key(b))) is not None}
+
+    def _partial_key(self, batch: int) -> str:
+        return self._key("partials", batch_name(batch))
 
     def metrics_uri(self, batch: int) -> str:
         """Where batch ``batch``'s job records what it read and took (JSON), beside its partial."""
@@ -209,13 +219,21 @@ class WindowState:
         """What batch ``batch``'s job recorded, ``{}`` before it ran."""
         return self.store.get(self._metrics_key(batch)) or {}
 
+    def write_metrics(self, batch: int, metrics: dict) -> str:
+        return self.store.put(self._metrics_key(batch), metrics)
+
     def _metrics_key(self, batch: int) -> str:
         return self._key("partials", f"{batch_name(batch)}.metrics.json")
 
     @property
     def result_uri(self) -> str:
-        """Where the window's result is written (a parquet directory)."""
-        return self.store.uri(self._key("result"))
+        """Where the window's result is read (a parquet directory); its name in the store
+        before it is written."""
+        return self.store.dir_uri(self._key("result")) or self.store.uri(self._key("result"))
+
+    def write_result(self, write) -> str:
+        """Have ``write(uri)`` write the window's result, which appears whole; where it is read."""
+        return self.store.write_dir(self._key("result"), write)
 
     @property
     def manifest_uri(self) -> str:
@@ -229,9 +247,16 @@ class WindowState:
     def write_manifest(self, manifest: dict) -> str:
         return self.store.put(self._key("result.manifest.json"), manifest)
 
-    def scratch_uri(self, name: str) -> str:
-        """A place for throw-away output beside the window's (a fused tail's rehearsal)."""
-        return self.store.uri(self._key(f".{check_name(name, 'scratch')}"))
+    def write_scratch(self, name: str, write) -> str:
+        """Have ``write(uri)`` write throw-away output beside the window's (a fused tail's
+        rehearsal); :meth:`remove_scratch` removes it."""
+        return self.store.write_dir(self._scratch_key(name), write)
+
+    def remove_scratch(self, name: str) -> None:
+        self.store.remove_dir(self._scratch_key(name))
+
+    def _scratch_key(self, name: str) -> str:
+        return self._key(f".{check_name(name, 'scratch')}")
 
     def work_uri(self, batch: int, work: dict) -> str:
         """Write a batch job's work (what it reads and writes, by value) where the job reads

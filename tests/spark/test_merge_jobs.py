@@ -314,20 +314,20 @@ def _writer(path) -> str:
 
 
 def test_a_small_result_is_collected_and_reads_back_as_sparks_own_write(spark, tmp_path):
-    """``write_result`` under its row bound writes one Arrow file laid out as Spark's (one
+    """``write_atomic`` with a row estimate under its bound writes one Arrow file laid out as Spark's (one
     part file, ``_SUCCESS``) that Spark and DuckDB read back with Spark's own write's
     columns, types and rows: decimals, dates, time stamps (INT96), NULLs. Over the bound,
     or with time stamps both with and without a time zone, Spark writes it."""
     import duckdb
 
-    from airflow_iqp.spark.steps import COLLECT_MAX_ROWS, write_result
+    from airflow_iqp.spark.steps import COLLECT_MAX_ROWS
 
     df = spark.sql("""SELECT * FROM VALUES
         (1, 'DE', CAST(12.34 AS DECIMAL(15,2)), DATE '1995-03-15', TIMESTAMP '2026-11-25 10:00:00', 0.5),
         (2, NULL, CAST(-1.00 AS DECIMAL(15,2)), NULL, NULL, NULL)
         AS t(id, country, revenue, day, hour, share) ORDER BY id""")
     write_atomic(df, tmp_path / "spark")
-    write_result(df, tmp_path / "arrow", rows_estimate=2)
+    write_atomic(df, tmp_path / "arrow", rows_estimate=2)
     assert "parquet-mr" in _writer(tmp_path / "spark") and "parquet-cpp" in _writer(tmp_path / "arrow")
     names = sorted(p.name for p in (tmp_path / "arrow").iterdir())
     assert len(names) == 2 and names[0] == "_SUCCESS" and names[1].startswith("part-00000-")
@@ -341,11 +341,11 @@ def test_a_small_result_is_collected_and_reads_back_as_sparks_own_write(spark, t
         cur = con.execute(f"SELECT * FROM read_parquet('{tmp_path / k}/*.parquet') ORDER BY id")
         ddb[k] = (cur.description, cur.fetchall())
     assert ddb["arrow"] == ddb["spark"] and len(ddb["arrow"][1]) == 2
-    write_result(df, tmp_path / "big", rows_estimate=COLLECT_MAX_ROWS + 1)
-    write_result(df, tmp_path / "unknown", rows_estimate=None)
+    write_atomic(df, tmp_path / "big", rows_estimate=COLLECT_MAX_ROWS + 1)
+    write_atomic(df, tmp_path / "unknown", rows_estimate=None)
     mixed = spark.sql("SELECT TIMESTAMP '2026-11-25 10:00:00' AS a, CAST(TIMESTAMP '2026-11-25 10:00:00' "
                       "AS TIMESTAMP_NTZ) AS b")
-    write_result(mixed, tmp_path / "mixed", rows_estimate=1)
+    write_atomic(mixed, tmp_path / "mixed", rows_estimate=1)
     for k in ("big", "unknown", "mixed"):
         assert "parquet-mr" in _writer(tmp_path / k), k
     assert spark.read.parquet(str(tmp_path / "mixed")).schema.simpleString() == "struct<a:timestamp,b:timestamp_ntz>"

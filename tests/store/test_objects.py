@@ -45,12 +45,17 @@ def test_layout_uris_and_documents(location):
     store.record_cost(query="Revenue", kind="batch", units=1, batches=1, wall_seconds=1.0)
     store.record_cost(query="revenue", kind="final", units=1, batches=1, wall_seconds=2.0)
     assert [r["kind"] for r in store.cost_history("REVENUE")] == ["batch", "final"]
-    assert store.version("revenue/20260101T000000/partials/batch-0000") is None
-    store.fs.pipe_file(f"{bucket_path}/revenue/20260101T000000/partials/batch-0000/part-0.parquet", b"one")
+    assert store.version("revenue/20260101T000000/partials/batch-0000") is None and ws.written_partials() == {}
+
+    def write(uri: str) -> None:
+        assert uri.startswith(f"s3a://{bucket_path}/revenue/20260101T000000/partials/.batch-0000.v")
+        store.fs.pipe_file(uri.removeprefix("s3a://") + "/part-0.parquet", b"one")
+
+    where = ws.write_partial(0, write)
     first = store.version("revenue/20260101T000000/partials/batch-0000")
-    store.fs.pipe_file(f"{bucket_path}/revenue/20260101T000000/partials/batch-0000/part-0.parquet", b"two")
-    assert first is not None and store.version("revenue/20260101T000000/partials/batch-0000") != first
-    assert ws.written_partials() == {0: ws.partial_uri(0)}
+    # The key names the directory Spark wrote; the directory itself is hidden from listings.
+    assert first is not None and ws.written_partials() == {0: where} and ws.has_partial(0)
+    assert store.names("revenue/20260101T000000/partials") == ["batch-0000"]
 
 
 @pytest.mark.parametrize("bad", ["s3://", "s3a:///", "gs://bucket/x", "bucket/x"])
