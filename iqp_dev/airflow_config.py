@@ -6,6 +6,9 @@ with DAGs paused at creation (a test unpauses the one it runs) and a throw-away 
 The processes get them as ``AIRFLOW__SECTION__KEY`` variables on top of the test process's
 environment without its own Airflow settings, so that they cannot be confused with another
 AIRFLOW_HOME configured in the test process.
+
+:func:`celery_config` gives the settings of the CeleryExecutor (the cluster harness's
+``executor="celery"``): a Redis broker and the Celery result backend on the metadata DB.
 """
 
 from __future__ import annotations
@@ -49,6 +52,27 @@ def build_config(home: Path, dags_folder: Path, api_port: int, extra: Mapping[st
     if extra:
         cfg.update(extra)
     return cfg
+
+
+def celery_config(broker_url: str, db_url: str, concurrency: int = 4) -> dict[str, str]:
+    """The ``SECTION__KEY`` settings of the CeleryExecutor (provider
+    ``apache-airflow-providers-celery``): ``broker_url`` (``redis://...``) as the broker, the
+    metadata DB ``db_url`` (a SQLAlchemy URL) as the result backend (``db+`` and that URL,
+    its driver explicit), ``concurrency`` task slots per worker.
+
+    The workers' tasks reach the api-server at ``[core] execution_api_server_url``, which
+    :func:`build_config` sets already (the LocalExecutor's task supervisors need it too).
+    """
+    return {
+        "CORE__EXECUTOR": "CeleryExecutor",
+        "CELERY__BROKER_URL": broker_url,
+        "CELERY__RESULT_BACKEND": f"db+{db_url}",
+        "CELERY__WORKER_CONCURRENCY": str(concurrency),
+        # Without it the provider warns at every start that it sets Redis's 24 h itself. A
+        # task whose worker dies is the scheduler's to fail and retry (its heartbeat
+        # lapses), not the broker's to deliver again.
+        "CELERY_BROKER_TRANSPORT_OPTIONS__VISIBILITY_TIMEOUT": "86400",
+    }
 
 
 def child_env(home: Path, config: Mapping[str, str]) -> dict[str, str]:

@@ -22,6 +22,17 @@ Three parts, each a module: the home's settings, environment and migrated DB
 how a test reads state, the REST API and read-only SQL of :class:`iqp_dev.airflow_api.AirflowClient`,
 which :class:`AirflowEnv` is, bound to the processes it started.
 
+With ``celery_workers=N`` (the cluster harness's ``executor="celery"``, whose ``config``
+sets the CeleryExecutor, its broker and result backend:
+:func:`iqp_dev.airflow_config.celery_config`) it also starts N ``airflow celery worker``
+processes, the components ``celery-worker-1`` ... ``celery-worker-N``, under the same
+supervisor and on the same home, and waits until each answers a Celery ping on the broker.
+Each has a Celery hostname of its own (``w1@<host>``, ...), which its task processes find in
+``IQP_CELERY_WORKER``; the first serves the task logs (``[logging] worker_log_server_port``,
+as the scheduler does under the LocalExecutor), the others run with ``--skip-serve-logs``
+(one port for all; the logs are files of the one home anyway). All of them report the same
+TaskInstance ``hostname``: the machine's.
+
 On failure (any exception inside the ``with`` block, or a start-up failure) the tail of
 every component's log is printed to stderr, so pytest shows why.
 """
@@ -32,6 +43,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -47,7 +59,15 @@ from airflow_iqp.cli.supervisor import Supervisor, tail_file
 from iqp_dev.airflow_api import AirflowClient
 from iqp_dev.airflow_config import build_config, child_env, connection_env, migrate_home
 
-__all__ = ["AirflowEnv", "airflow_env", "free_port", "utcnow"]
+__all__ = ["AirflowEnv", "airflow_env", "celery_worker_names", "free_port", "utcnow"]
+
+#: What a task process of a harness's Celery worker finds its worker's Celery hostname in.
+CELERY_WORKER_ENV = "IQP_CELERY_WORKER"
+
+
+def celery_worker_names(n: int) -> tuple[str, ...]:
+    """The components of ``n`` Celery workers: ``celery-worker-1`` ... ``celery-worker-N``."""
+    return tuple(f"celery-worker-{i}" for i in range(1, n + 1))
 
 
 @dataclass
@@ -58,10 +78,19 @@ class AirflowEnv(AirflowClient):
     dags_folder: Path
     env: dict[str, str]
     timings: dict[str, float] = field(default_factory=dict)
+    #: The Celery worker components (:func:`celery_worker_names`); none under the LocalExecutor.
+    celery_workers: tuple[str, ...] = ()
+    #: The task slots (``--concurrency``) of each Celery worker.
+    celery_concurrency: int = 4
     supervisor: Supervisor = field(init=False)
 
     def __post_init__(self) -> None:
         self.supervisor = Supervisor(self.home / "process_logs", env=self.env, cwd=self.home)
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        """Every component: scheduler, dag-processor, triggerer, api-server, the Celery workers."""
+        return (*COMPONENTS, *self.celery_workers)
 
     # ---------------------------------------------------------------- processes
     def log_path(self, component: str) -> Path:
@@ -75,6 +104,50 @@ class AirflowEnv(AirflowClient):
         """The component's main process, or None when it is not running."""
         return self.supervisor.pid(component)
 
+    # ---------------------------------------------------------------- Celery workers
+    def celery_hostname(self, component: str) -> str:
+        """The Celery hostname of a worker component: ``w<i>@<host>`` for ``celery-worker-<i>``."""
+        return f"w{self.celery_workers.index(component) + 1}@{socket.gethostname()}"
+
+    def start_celery_worker(self, component: str) -> int:
+        """Start ``airflow celery worker`` as the component ``celery-worker-<i>``; returns its pid."""
+        i = self.celery_workers.index(component) + 1
+        argv = [airflow_bin(), "celery", "worker", "--celery-hostname", self.celery_hostname(component),
+                "--concurrency", str(self.celery_concurrency)]
+        if i > 1:
+            argv.append("--skip-serve-logs")  # the first worker serves them, on the one port
+        env = {**self.env, CELERY_WORKER_ENV: self.celery_hostname(component)}
+        return self.supervisor.start(component, argv, env=env)
+
+    def celery_ping(self, timeout: float = 1.0) -> list[str]:
+        """The Celery hostnames of the workers that answer a ping on the broker now (none when
+        the broker does not answer)."""
+        from celery import Celery
+
+        app = Celery(set_as_current=False, broker=self.env["AIRFLOW__CELERY__BROKER_URL"])
+        app.conf.broker_connection_retry_on_startup = False
+        app.conf.broker_connection_max_retries = 1
+        try:
+            replies = app.control.ping(timeout=timeout) or []
+        except Exception:  # noqa: BLE001 - a broker that is down or starting answers nothing
+            return []
+        finally:
+            app.close()
+        return sorted(name for reply in replies for name in reply)
+
+    def wait_celery_workers(self, components: tuple[str, ...] | None = None, timeout: float = 120) -> float:
+        """Wait until the Celery workers ``components`` (default: all) answer a ping; returns seconds."""
+        wanted = {self.celery_hostname(c) for c in (self.celery_workers if components is None else components)}
+        t0 = time.monotonic()
+        answered: list[str] = []
+        while not wanted <= set(answered := self.celery_ping()):
+            self.check_alive()
+            if time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"Celery workers {sorted(wanted - set(answered))} do not answer a ping after "
+                                   f"{timeout}s (answered: {answered})\n{self.logs_tail()}")
+            time.sleep(0.5)
+        return time.monotonic() - t0
+
     def kill(self, component: str, sig: int = signal.SIGKILL, group: bool = True) -> int | None:
         """Send ``sig`` to a component (its whole process group, or only its main process with
         ``group=False``) and wait for the main process to exit; returns its pid.
@@ -84,7 +157,8 @@ class AirflowEnv(AirflowClient):
         return self.supervisor.kill(component, sig, group=group)
 
     def restart(self, component: str) -> int:
-        """Start a component again (after :meth:`kill`, or stopping the running one first); returns its pid."""
+        """Start a component again (after :meth:`kill`, or stopping the running one first), with
+        the command and environment it started with; returns its pid."""
         return self.supervisor.restart(component)
 
     def check_alive(self) -> None:
@@ -134,8 +208,11 @@ def airflow_env(
     extra_env: Mapping[str, str] | None = None,
     db_url: str | None = None,
     connections: Mapping[str, Mapping[str, Any] | str] | None = None,
+    celery_workers: int = 0,
+    celery_concurrency: int = 4,
 ) -> Iterator[AirflowEnv]:
-    """Start scheduler, dag-processor, triggerer and api-server on a fresh home; stop them at exit.
+    """Start scheduler, dag-processor, triggerer and api-server (and ``celery_workers`` Celery
+    workers) on a fresh home; stop them at exit.
 
     ``config`` adds/overrides settings as ``{"SECTION__KEY": "value"}``.
     ``local_settings`` is written to ``$AIRFLOW_HOME/config/airflow_local_settings.py``
@@ -144,7 +221,11 @@ def airflow_env(
     ``db_url`` is the metadata DB (an empty, reachable database; default: SQLite in the home).
     ``connections`` are Airflow connections, given to every process as ``AIRFLOW_CONN_*``
     variables (:func:`~iqp_dev.airflow_config.connection_env`).
-    ``af.timings`` reports seconds for ``migrate``, ``healthy`` (processes up) and ``startup`` (total).
+    ``celery_workers`` Celery workers with ``celery_concurrency`` task slots each are started
+    too (module docstring); ``config`` must then set the CeleryExecutor and its broker
+    (:func:`~iqp_dev.airflow_config.celery_config`).
+    ``af.timings`` reports seconds for ``migrate``, ``healthy`` (processes up), ``celery_workers``
+    (until they answer a ping, with any) and ``startup`` (total).
     """
     t0 = time.monotonic()
     tmp = None
@@ -162,8 +243,11 @@ def airflow_env(
     if local_settings is not None:
         (home_path / "config").mkdir(exist_ok=True)
         (home_path / "config" / "airflow_local_settings.py").write_text(local_settings)
+    if celery_workers and "AIRFLOW__CELERY__BROKER_URL" not in env:
+        raise ValueError("celery_workers need [celery] broker_url in config: see iqp_dev.airflow_config.celery_config")
     af = AirflowEnv(api_url=f"http://127.0.0.1:{api_port}", db_url=env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"],
-                    home=home_path, dags_folder=Path(dags_folder).resolve(), env=env)
+                    home=home_path, dags_folder=Path(dags_folder).resolve(), env=env,
+                    celery_workers=celery_worker_names(celery_workers), celery_concurrency=celery_concurrency)
     ok = False
     try:
         try:
@@ -172,7 +256,11 @@ def airflow_env(
             raise RuntimeError(f"airflow db migrate failed\n{af.logs_tail()}") from None
         for component in COMPONENTS:
             af.start(component)
+        for component in af.celery_workers:
+            af.start_celery_worker(component)
         af.timings["healthy"] = af.wait_healthy(startup_timeout)
+        if af.celery_workers:
+            af.timings["celery_workers"] = af.wait_celery_workers(timeout=startup_timeout)
         af.timings["startup"] = time.monotonic() - t0
         print(f"[airflow_harness] home={home_path} api={af.api_url} timings={af.timings}", file=sys.stderr)
         yield af

@@ -1,10 +1,13 @@
 """The Spark side of the cluster harness (:mod:`iqp_dev.cluster`): its settings, environment,
-and the commands of a standalone master, one worker and a Spark Connect server on them.
+and the commands of a standalone master, its workers (one by default) and a Spark Connect
+server on them.
 
 Every process runs in the foreground under the harness's supervisor, from pyspark's own
 ``bin/``: the master and worker through ``spark-class``, the Connect server through
 ``spark-submit`` with the arguments :func:`airflow_iqp.spark.connect.server_args` gives the
 package's own daemon. ``spark-class`` ends in ``exec java``, so a component's pid is its JVM.
+The workers are the components ``spark-worker``, ``spark-worker-2``, ... (:func:`worker_names`),
+each with a web UI port and a work directory of its own, all on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 from airflow_iqp.cli.supervisor import Supervisor
 from iqp_dev import procs
 
-#: Per Spark application on the one worker: one core, a small executor.
+#: Per Spark application on the workers: one core (so one executor on one worker), a small executor.
 SPARK_DEFAULTS: dict[str, str] = {
     "spark.cores.max": "1",
     "spark.executor.cores": "1",
@@ -38,6 +41,12 @@ SPARK_DEFAULTS: dict[str, str] = {
 }
 #: The name the Connect server's application has on the master (``server_args`` gives it).
 CONNECT_APP = "Spark Connect server"
+
+
+def worker_names(n: int) -> tuple[str, ...]:
+    """The components of ``n`` workers: ``spark-worker`` (the one of a one-worker cluster), then
+    ``spark-worker-2``, ``spark-worker-3``, ..."""
+    return tuple("spark-worker" if i == 1 else f"spark-worker-{i}" for i in range(1, n + 1))
 
 
 def spark_home() -> Path:
@@ -90,13 +99,15 @@ def _port_open(port: int) -> bool:
 
 @dataclass
 class SparkStandalone:
-    """A master, one worker and a Connect server on 127.0.0.1, under one supervisor whose
-    logs are ``<root>/logs/<component>.log``. Build with :meth:`create`."""
+    """A master, its workers (:attr:`workers`, each offering ``worker_cores`` and
+    ``worker_memory``) and a Connect server on 127.0.0.1, under one supervisor whose logs are
+    ``<root>/logs/<component>.log``. Build with :meth:`create`."""
 
     root: Path
     master_port: int
     master_ui_port: int
-    worker_ui_port: int
+    #: One web UI port per worker, in the order of :attr:`components`.
+    worker_ui_ports: list[int]
     connect_port: int
     env: dict[str, str]
     worker_cores: int = 4
@@ -107,13 +118,30 @@ class SparkStandalone:
         self.supervisor = Supervisor(self.root / "logs", env=self.env, cwd=self.root)
 
     @classmethod
-    def create(cls, root: Path, worker_cores: int = 4, worker_memory: str = "3g") -> SparkStandalone:
-        """Free ports and the environment of :func:`spark_env`; nothing started yet."""
+    def create(cls, root: Path, worker_cores: int = 4, worker_memory: str = "3g", workers: int = 1) -> SparkStandalone:
+        """Free ports and the environment of :func:`spark_env` for ``workers`` workers; nothing started yet."""
         from airflow_iqp.cli.dev import free_port
 
-        return cls(root=root, master_port=free_port(), master_ui_port=free_port(), worker_ui_port=free_port(),
-                   connect_port=free_port(), env=spark_env(root), worker_cores=worker_cores,
-                   worker_memory=worker_memory)
+        if workers < 1:
+            raise ValueError(f"a standalone cluster needs at least one worker, not {workers}")
+        return cls(root=root, master_port=free_port(), master_ui_port=free_port(),
+                   worker_ui_ports=[free_port() for _ in range(workers)], connect_port=free_port(),
+                   env=spark_env(root), worker_cores=worker_cores, worker_memory=worker_memory)
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        """The worker components: ``spark-worker``, ``spark-worker-2``, ..."""
+        return worker_names(len(self.worker_ui_ports))
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        """Every component, in start order: the master, the workers, the Connect server."""
+        return ("spark-master", *self.workers, "spark-connect")
+
+    @property
+    def worker_ui_port(self) -> int:
+        """The first worker's web UI port."""
+        return self.worker_ui_ports[0]
 
     @property
     def master_url(self) -> str:
@@ -151,10 +179,15 @@ class SparkStandalone:
             time.sleep(0.5)
         return time.monotonic() - t0
 
-    def executor_pids(self) -> list[int]:
-        """The executor JVMs on the worker (children of the worker process)."""
+    def executor_pids(self, worker: str | None = None) -> list[int]:
+        """The executor JVMs on the workers (children of the worker processes), or on the
+        worker component ``worker`` alone."""
+        parent = self.supervisor.pid(worker) if worker is not None else None
+        if worker is not None and parent is None:
+            return []
         return [pid for pid, p in procs.live().items() if "CoarseGrainedExecutorBackend" in p["cmdline"]
-                and procs.environ(pid).get("SPARK_CONF_DIR") == self.env["SPARK_CONF_DIR"]]
+                and procs.environ(pid).get("SPARK_CONF_DIR") == self.env["SPARK_CONF_DIR"]
+                and (parent is None or p["ppid"] == parent)]
 
     def _launch(self, component: str) -> Callable[[], bool]:
         """Start a component; returns the test that it serves. The worker and the Connect
@@ -162,10 +195,12 @@ class SparkStandalone:
         if component == "spark-master":
             self.supervisor.start(component, master_argv(self.master_port, self.master_ui_port))
             return self._answers
-        if component == "spark-worker":
+        if component in self.workers:
+            i = self.workers.index(component)
             before = {w["id"] for w in self.listed("workers", "ALIVE")}
+            work_dir = self.root / ("worker-work" if i == 0 else f"worker-work-{i + 1}")
             self.supervisor.start(component, worker_argv(self.master_url, self.worker_cores, self.worker_memory,
-                                                         self.worker_ui_port, self.root / "worker-work"))
+                                                         self.worker_ui_ports[i], work_dir))
             return lambda: bool({w["id"] for w in self.listed("workers", "ALIVE")} - before)
         if component != "spark-connect":
             raise ValueError(f"unknown Spark component {component!r}")
@@ -210,9 +245,9 @@ class SparkStandalone:
         return pid
 
     def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM the Connect server, then the worker, then the master, each given ``timeout``
+        """SIGTERM the Connect server, then the workers, then the master, each given ``timeout``
         seconds (a worker whose master is gone first only retries to reach it), then SIGKILL
         what is left in their groups."""
-        for component in ("spark-connect", "spark-worker", "spark-master"):
+        for component in ("spark-connect", *self.workers, "spark-master"):
             self.supervisor.kill(component, signal.SIGTERM, timeout=timeout)
         self.supervisor.stop(timeout=5)

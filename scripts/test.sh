@@ -27,8 +27,12 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/bootstrap.sh"
 # The cluster tests run a throw-away PostgreSQL: install it where it is missing.
 "$ROOT/scripts/setup_postgres.sh"
+# The cluster harness with the CeleryExecutor runs a throw-away Redis as its broker.
+"$ROOT/scripts/setup_redis.sh"
 # tests/test_dag_hygiene.py runs `docker compose config`: install a Compose client where none is.
 "$ROOT/scripts/setup_compose.sh"
+# tests/iqp_dev/test_s3a.py runs Spark on s3a:// paths: fetch the pinned S3A jars into var/jars/s3a/.
+"$ROOT/scripts/setup_spark_jars.sh"
 if [ "$#" -gt 0 ]; then
     exec python -m pytest "$@"
 fi
