@@ -185,7 +185,9 @@ class Cluster:
         """Every live process started for this cluster's Airflow: ``{"pid", "ppid", "cmdline"}``;
         task processes, spark-submit JVMs and Python drivers among them, found by their
         ``AIRFLOW_HOME`` or by descent from one that has it (:func:`iqp_dev.procs.family`)."""
-        return procs.family("AIRFLOW_HOME", str(self.airflow.home)) if self.airflow else []
+        if self.airflow is None:
+            return []
+        return procs.family("AIRFLOW_HOME", str(self.airflow.home), [self.pid(c) for c in self.airflow_components])
 
     def spark_submit_pids(self) -> list[int]:
         """The driver JVMs of the spark-submits that Airflow tasks of this cluster run now."""
@@ -323,6 +325,7 @@ def cluster_env(
     celery_workers: int = 2,
     celery_concurrency: int = 4,
     spark_workers: int = 1,
+    spark_conf: Mapping[str, str] | None = None,
 ) -> Iterator[Cluster]:
     """Start the cluster (module docstring), yield a :class:`Cluster`, stop everything at exit.
 
@@ -331,7 +334,8 @@ def cluster_env(
     ``spark_default`` and ``spark_connect_default`` (and may replace them).
     ``worker_cores`` are the cores each Spark worker offers (each application takes one; more
     than the machine has is fine: they are slots, not CPUs); ``spark_workers`` Spark workers
-    are started. ``executor`` is ``"local"`` (the LocalExecutor) or ``"celery"`` (the
+    are started, and every Spark application reads ``spark_conf`` too (e.g. the S3A connector's,
+:func:`iqp_dev.s3a.s3a_spark_conf`). ``executor`` is ``"local"`` (the LocalExecutor) or ``"celery"`` (the
     CeleryExecutor on Redis with ``celery_workers`` workers of ``celery_concurrency`` task
     slots each; ``config`` may override its settings). The temp dir is removed after a clean
     exit unless ``keep``; after a failure it is kept for its logs.
@@ -354,7 +358,8 @@ def cluster_env(
     # As root the data directory belongs to the postgres user, in a temp dir of its own.
     pg_parent = Path(tempfile.mkdtemp(prefix="iqp-pg-")) if os.geteuid() == 0 else base
     pg = Postgres(datadir=pg_parent / "data", port=free_port(), bindir=bindir, log=pg_parent / "postgres.log")
-    cl = Cluster(root=base, postgres=pg, spark=SparkStandalone.create(base, worker_cores, worker_memory, spark_workers),
+    cl = Cluster(root=base, postgres=pg, spark=SparkStandalone.create(base, worker_cores, worker_memory, spark_workers,
+                                                                        spark_conf),
                  keep=keep)
     if executor == "celery":
         cl.redis = Redis(dir=base / "redis", port=free_port(), log=base / "logs" / "redis.log")

@@ -9,6 +9,7 @@ driver) it finds only this way.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from airflow_iqp.cli.supervisor import all_pids, alive, proc_stat
@@ -47,12 +48,13 @@ def with_env(wanted: dict[str, str]) -> list[int]:
             and any(environ(pid).get(k) == v for k, v in wanted.items())]
 
 
-def family(key: str, value: str) -> list[dict]:
-    """The live processes whose environment has ``key=value``, and their descendants
-    (``{"pid", "ppid", "cmdline"}``, by pid). Descent counts because a process title
-    (``setproctitle``) overwrites the memory that ``/proc/<pid>/environ`` reads."""
+def family(key: str, value: str, roots: Iterable[int | None] = ()) -> list[dict]:
+    """The live processes whose environment has ``key=value``, the ``roots``, and their
+    descendants (``{"pid", "ppid", "cmdline"}``, by pid). Descent counts because a process
+    title (``setproctitle``) overwrites the memory that ``/proc/<pid>/environ`` reads: a
+    Celery worker's, and the task processes its pool starts, have titles."""
     every = live()
-    found = {pid for pid in every if environ(pid).get(key) == value}
+    found = {pid for pid in every if environ(pid).get(key) == value} | ({p for p in roots if p} & set(every))
     while grown := {pid for pid, e in every.items() if e["ppid"] in found} - found:
         found |= grown
     return [every[pid] for pid in sorted(found)]

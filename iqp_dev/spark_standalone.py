@@ -18,7 +18,7 @@ import socket
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,14 +55,16 @@ def spark_home() -> Path:
     return home()
 
 
-def spark_env(root: Path) -> dict[str, str]:
+def spark_env(root: Path, conf: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of every Spark process of a cluster in ``root``; its ``spark-defaults.conf``
-    (:data:`SPARK_DEFAULTS`) is written to ``root/spark-conf``."""
+    (:data:`SPARK_DEFAULTS` and ``conf``, such as :func:`iqp_dev.s3a.s3a_spark_conf`'s) is
+    written to ``root/spark-conf``: every application of the cluster reads it, the Connect
+    server, each spark-submit and each executor."""
     from airflow_iqp.spark.connect import TOKEN_ENV, without_connect_mode
 
     conf_dir = root / "spark-conf"
     conf_dir.mkdir(exist_ok=True)
-    (conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in SPARK_DEFAULTS.items()))
+    (conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in {**SPARK_DEFAULTS, **(conf or {})}.items()))
     env = without_connect_mode()
     env.pop(TOKEN_ENV, None)  # the Connect server takes no token: the Airflow connection sends none
     env.update({"SPARK_HOME": str(spark_home()), "SPARK_CONF_DIR": str(conf_dir), "SPARK_LOCAL_IP": "127.0.0.1",
@@ -118,15 +120,17 @@ class SparkStandalone:
         self.supervisor = Supervisor(self.root / "logs", env=self.env, cwd=self.root)
 
     @classmethod
-    def create(cls, root: Path, worker_cores: int = 4, worker_memory: str = "3g", workers: int = 1) -> SparkStandalone:
-        """Free ports and the environment of :func:`spark_env` for ``workers`` workers; nothing started yet."""
+    def create(cls, root: Path, worker_cores: int = 4, worker_memory: str = "3g", workers: int = 1,
+               conf: Mapping[str, str] | None = None) -> SparkStandalone:
+        """Free ports and the environment of :func:`spark_env` (with ``conf``) for ``workers``
+        workers; nothing started yet."""
         from airflow_iqp.cli.dev import free_port
 
         if workers < 1:
             raise ValueError(f"a standalone cluster needs at least one worker, not {workers}")
         return cls(root=root, master_port=free_port(), master_ui_port=free_port(),
                    worker_ui_ports=[free_port() for _ in range(workers)], connect_port=free_port(),
-                   env=spark_env(root), worker_cores=worker_cores, worker_memory=worker_memory)
+                   env=spark_env(root, conf), worker_cores=worker_cores, worker_memory=worker_memory)
 
     @property
     def workers(self) -> tuple[str, ...]:
