@@ -1,26 +1,38 @@
-"""CQ2 and a join query end to end on the cluster harness, on both backends.
+"""Four queries end to end across several hosts' worth of parts: Airflow on the CeleryExecutor
+with two workers, the state and the lake in an S3-compatible server, Spark with two workers.
 
-One cluster (``iqp_dev.cluster``) for the module: PostgreSQL as the metadata DB, a Spark
-standalone master and worker, a Spark Connect server on that master, and Airflow's
-scheduler, triggerer, dag-processor and api-server as real processes. Four DAGs share one
-live window into which ``airflow-iqp replay`` publishes TPC-H units at a fixed rate:
+One cluster (``iqp_dev.cluster``) for the module: PostgreSQL as the metadata DB, Redis as the
+Celery broker and two Celery workers; a Spark standalone master and two workers, and a Spark
+Connect server on that master; Airflow's scheduler, triggerer, dag-processor and api-server as
+real processes. The state store is on moto's S3 server (``s3://``, :mod:`iqp_dev.s3`), and
+Spark writes every partial and result there through its S3A connector
+(:func:`iqp_dev.s3a.s3a_spark_conf`): no partial crosses a local path. Four DAGs share one live
+window:
 
-* ``iqp_cq2``, the example DAG file itself (``dags/iqp_cq2.py``), on spark-submit against the
-  standalone master with the package shipped to the executors;
-* ``iqp_cq2_connect``, the same query on the Connect server;
-* ``iqp_q3_spark_submit`` and ``iqp_q3_spark_connect``: TPC-H Q3, orders joined with lineitem
-  (two streams of the same unit) and with the static customer table.
+* ``iqp_cq2``, the example DAG file itself (``dags/iqp_cq2.py``): CQ2 as SQL text, on
+  spark-submit against the standalone master with the package shipped to the executors;
+* ``iqp_events_connect``: a user's SQL (a DISTINCT count, an average) over CSV files of their
+  own that the test writes into the window, on the Connect server;
+* ``iqp_q3_spark_submit`` and ``iqp_q3_spark_connect``: TPC-H Q3 from the catalogue, orders
+  joined with lineitem (two streams of the same unit) and with the static customer table.
 
 The cost hints make the plan cut the window into more than one batch, so the final task
-merges several partials. Each result must equal DuckDB's over the units that landed, every
-unit claimed once; the spark-submit jobs must have run on the standalone master.
+merges several partials. In the middle of the window, the Celery worker running a batch of
+``iqp_cq2`` is killed (SIGKILL, its whole process group) while the batch's spark-submit
+runs: the scheduler finds the task's heartbeat gone and retries it on the other worker from
+the same claim. Each result must equal DuckDB's over the input that landed, every unit claimed
+once; the spark-submit jobs must have run on the standalone master, the tasks on both Celery
+workers, and nothing may be left under a local state directory.
 """
 
 from __future__ import annotations
 
+import csv
+import random
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,7 +41,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 from iqp_dev.cluster import cluster_env  # noqa: E402
-from tests.support.reference import assert_same_rows, duckdb_reference  # noqa: E402
+from tests.support.reference import assert_same_rows, duckdb_reference, read_parquet_dir  # noqa: E402
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
 
@@ -39,17 +51,22 @@ OFFSET = 150      # deadline after the window's end, s
 LEAD = 100        # the window opens this long after the cluster starts (start-up takes ~50 s)
 # How long past the deadline a run may still take: this module checks results, not
 # deadlines. Two spark-submit DAGs each start a driver and an executor JVM per batch, beside
-# the Connect server, the master, the worker and Airflow, on 2 cores: with the other test
-# lane's Spark tests running too, a batch can take minutes from its claim to its partial.
+# the Connect server, the master, the workers and Airflow, on 2 cores, and a killed worker's
+# tasks wait out their heartbeat before they are retried.
 SLACK = 600
 # Hints that make one batch of all units too slow for the deadline: the plan cuts two or more.
 COST = {"IQP_COST_PER_UNIT": "20", "IQP_COST_PER_BATCH": "15"}
-DAGS = {  # dag id -> (query, backend, state dir under the data dir)
-    "iqp_cq2": ("cq2", "spark-submit", "state/submit"),
-    "iqp_cq2_connect": ("cq2", "spark-connect", "state/connect"),
-    "iqp_q3_spark_submit": ("q3", "spark-submit", "state/submit"),
-    "iqp_q3_spark_connect": ("q3", "spark-connect", "state/connect"),
+DAGS = {  # dag id -> (query, backend, state store under the bucket's prefix)
+    "iqp_cq2": ("cq2", "spark-submit", "submit"),
+    "iqp_events_connect": ("events", "spark-connect", "connect"),
+    "iqp_q3_spark_submit": ("q3", "spark-submit", "submit"),
+    "iqp_q3_spark_connect": ("q3", "spark-connect", "connect"),
 }
+VICTIM = "iqp_cq2"  # the DAG whose batch's worker is killed
+EVENTS_SQL = ("SELECT country, count(*) AS n, sum(amount) AS revenue, avg(qty) AS avg_qty, "
+              "count(DISTINCT user_id) AS users FROM events WHERE amount IS NOT NULL GROUP BY country")
+# A task whose worker was killed is failed by the scheduler once its heartbeat is this old.
+HEARTBEAT_S = 45
 
 
 def wid(ts: float) -> str:
@@ -60,10 +77,64 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat()
 
 
+def write_events(landing: Path, i: int, rng: random.Random) -> str:
+    """One of the user's CSV files, written under an in-flight name and renamed."""
+    name = f"events-{i:03d}.csv"
+    tmp = landing / f".{name}.inprogress"
+    with open(tmp, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["user_id", "country", "amount", "qty"])
+        for _ in range(rng.randint(20, 60)):
+            w.writerow([rng.randint(1, 12), rng.choice(["fr", "de", "us", "jp"]),
+                        rng.choice(["", f"{rng.uniform(0, 300):.2f}"]), rng.randint(0, 9)])
+    tmp.rename(landing / name)
+    return name
+
+
+def ancestors(pid: int, table: dict[int, dict]) -> list[int]:
+    out = []
+    while pid in table and pid not in out:
+        out.append(pid)
+        pid = table[pid]["ppid"]
+    return out
+
+
+def kill_a_batchs_worker(cl, run_id: str, ws, stop: threading.Event) -> dict:
+    """Once a batch task of :data:`VICTIM` has run its spark-submit for 3 s, SIGKILL the
+    Celery worker that runs it (its process group); what was killed, and the batch's claim then."""
+    from iqp_dev import procs
+
+    af = cl.airflow
+    while not stop.is_set():
+        for ti in af.task_instances(VICTIM, run_id):
+            if ti["task_id"] != "batch.submit" or ti["state"] != "running":
+                continue
+            table = procs.live()
+            tasks = cl.task_pids(ti["id"])
+            jvms = [p for p in cl.spark_submit_pids() if set(ancestors(p, table)) & set(tasks)]
+            if not tasks or not jvms:
+                continue
+            time.sleep(3)
+            workers = {cl.pid(c): c for c in cl.celery_workers}
+            owner = next((workers[a] for a in ancestors(tasks[0], procs.live()) if a in workers), None)
+            if owner is None or not cl.task_pids(ti["id"]):  # the batch ended meanwhile
+                continue
+            batch = ws.doc("plan")["batches"][ti["map_index"]]["index"]  # the batch the mapped task runs
+            claim = ws.claim_of(batch)
+            cl.kill(owner)
+            return {"worker": owner, "ti_id": ti["id"], "map_index": ti["map_index"], "batch": batch,
+                    "claim": claim, "at": time.time(), "jvms": jvms}
+        time.sleep(1)
+    return {}
+
+
 @pytest.fixture(scope="module")
-def window(tmp_path_factory):
+def window(tmp_path_factory, s3_server):
     """Run the one window of all four DAGs on one cluster; return what the tests check."""
     from airflow_iqp.inputs.tpch import generate
+    from airflow_iqp.store import open_store
+    from iqp_dev.s3 import CREDENTIALS
+    from iqp_dev.s3a import s3a_spark_conf
 
     tmp = tmp_path_factory.mktemp("cluster")
     tpch, data, dags = tmp / "tpch", tmp / "data", tmp / "dags"
@@ -71,25 +142,50 @@ def window(tmp_path_factory):
     dags.mkdir()
     shutil.copy(ROOT / "tests" / "e2e" / "dags_hinted" / "iqp_cq2.py", dags)  # the demo DAG, with a cost hint
     shutil.copy(Path(__file__).parent / "dags" / "iqp_cluster_e2e.py", dags)
+    state = s3_server.bucket("lake") + "/state"
     t0 = time.time()
     start = (int(t0 + LEAD) // 10) * 10
     env = {"IQP_DATA": str(data), "IQP_ANCHOR": iso(start), "IQP_END": iso(start + 1), "IQP_WINDOW_S": str(W),
            "IQP_UNITS": str(UNITS), "IQP_DEADLINE_S": str(OFFSET), "IQP_DEADLINE_ALERT": "0", **COST,
-           "T_STATE": str(data / "state"), "T_STATIC": str(tpch / "static")}
+           "T_STATE": state, "T_STATIC": str(tpch / "static")}
+    config = {"IQP__STATE_DIR": state + "/submit", "SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(HEARTBEAT_S),
+              "SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "10"}
     landing = data / "landing" / "cq2" / wid(start)
-    out: dict = {"data": data, "tpch": tpch, "start": start, "landing": landing}
-    with cluster_env(dags, extra_env=env, config={"IQP__STATE_DIR": str(data / "state" / "submit")}) as cl:
+    events = data / "landing" / "events" / wid(start)
+    events.mkdir(parents=True)
+    out: dict = {"data": data, "tpch": tpch, "start": start, "landing": landing, "events": events, "state": state}
+    spark_conf = s3a_spark_conf(s3_server.endpoint, CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                                CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+    with cluster_env(dags, extra_env=env, config=config, executor="celery", celery_workers=2, spark_workers=2,
+                     spark_conf=spark_conf) as cl:
         out["startup"] = cl.timings["startup"]
+        out["home"] = cl.airflow.home
         for dag_id in DAGS:
             cl.airflow.wait_for_dag(dag_id)
             cl.airflow.unpause(dag_id)
         time.sleep(max(0.0, start - time.time()))
-        replay = subprocess.run(
+        replay = subprocess.Popen(
             [str(Path(sys.executable).with_name("airflow-iqp")), "replay", "--from", str(tpch), "--to", str(landing),
-             "--rate", str(UNITS / W), "--window", str(W)], check=False, capture_output=True, text=True,
-            timeout=W + 60)
-        assert replay.returncode == 0, replay.stderr[-2000:]
+             "--rate", str(UNITS / W), "--window", str(W)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        rng = random.Random(7)
+
+        def write_all() -> None:
+            for i in range(UNITS):
+                time.sleep(max(0.0, start + (i + 0.5) * W / UNITS - time.time()))
+                write_events(events, i, rng)
+
+        writer = threading.Thread(target=write_all, daemon=True)
+        writer.start()
         runs = {d: cl.airflow.window_run(d, start, timeout=60) for d in DAGS}
+        victim_ws = open_store(state + "/" + DAGS[VICTIM][2]).window(DAGS[VICTIM][0], wid(start))
+        stop = threading.Event()
+        timer = threading.Timer(W + OFFSET, stop.set)
+        timer.start()
+        out["fault"] = kill_a_batchs_worker(cl, runs[VICTIM], victim_ws, stop)
+        timer.cancel()
+        _, err = replay.communicate(timeout=W + 60)
+        assert replay.returncode == 0, err[-2000:]
+        writer.join(timeout=W)
         out["runs"] = {d: cl.airflow.wait_for_run(d, r, timeout=W + OFFSET + SLACK, expect_success=False)
                        for d, r in runs.items()}
         out["tis"] = {d: cl.airflow.task_instances(d, r) for d, r in runs.items()}
@@ -106,41 +202,93 @@ def window(tmp_path_factory):
         out["master"] = cl.master_state()
         out["master_url"] = cl.master_url
         out["runs_rows"] = cl.airflow.sql("SELECT dag_id, state FROM dag_run WHERE run_type = ?", ("scheduled",))
+        out["worker_logs"] = {c: cl.log_path(c).read_text(errors="replace") for c in cl.celery_workers}
+        out["root"] = cl.root
+        out["local_dirs"] = [str(p) for base in (cl.root, data) for p in base.rglob("*")
+                             if p.name in ("partials", "claims", "result") or p.name.startswith("batch-0")]
         out["elapsed"] = time.time() - t0
-    print(f"[cluster e2e] start-up {out['startup']:.0f} s, module {out['elapsed']:.0f} s", file=sys.stderr)
+        if out["fault"]:
+            written = victim_ws.metrics(out["fault"]["batch"]).get("written_at")
+            out["recovery_s"] = None if written is None else written - out["fault"]["at"]
+    print(f"[cluster e2e] start-up {out['startup']:.0f} s, module {out['elapsed']:.0f} s, killed "
+          f"{out['fault'].get('worker')} mid-batch; the batch's partial written again "
+          f"{out.get('recovery_s') or float('nan'):.0f} s later", file=sys.stderr)
     return out
 
 
 def window_state(run: dict, dag_id: str):
     from airflow_iqp.store import open_store
 
-    query, _backend, state = DAGS[dag_id]
-    ws = open_store(run["data"] / state).window(query, wid(run["start"]))
+    query, _backend, store = DAGS[dag_id]
+    ws = open_store(run["state"] + "/" + store).window(query, wid(run["start"]))
     return ws, ws.claims(), ws.doc("plan"), ws.doc("report")
+
+
+def events_reference(files: list[Path]) -> list[tuple]:
+    import duckdb
+
+    con = duckdb.connect()
+    listed = ", ".join(f"'{f}'" for f in files)
+    con.execute(f"CREATE VIEW events AS SELECT * FROM read_csv([{listed}], header = true, "
+                f"columns = {{'user_id': 'BIGINT', 'country': 'VARCHAR', 'amount': 'DOUBLE', 'qty': 'BIGINT'}})")
+    return con.execute(EVENTS_SQL).fetchall()
 
 
 @pytest.mark.parametrize("dag_id", list(DAGS))
 def test_window_result_equals_duckdb_with_every_unit_claimed_once(window, dag_id):
-    query, backend, _state = DAGS[dag_id]
+    query, backend, _store = DAGS[dag_id]
     assert window["runs"][dag_id]["state"] == "success", (
         [(t["task_id"], t["map_index"], t["state"]) for t in window["tis"][dag_id]],
         {k: v for k, v in window["failed_logs"].items() if k[0] == dag_id})
     ws, claims, plan, report = window_state(window, dag_id)
     claimed = [u for c in claims.values() for u in c["units"]]
     assert len(claimed) == len(set(claimed)), "a unit was claimed twice"
-    landed = sorted(p for p in window["landing"].iterdir() if p.is_dir() and not p.name.startswith("."))
-    assert sorted(claimed) == [u.name for u in landed] and len(landed) == UNITS
     assert len(plan["batches"]) >= 2  # several partials merged by the final task
     manifest = ws.manifest()
     assert manifest["backend"] == report["backend"] == backend and not report["partial"]
-    import pyarrow.parquet as pq
-
-    table = pq.read_table(manifest["result"])
+    # Spark wrote every partial and the result into the object store through S3A.
+    assert manifest["partials"] and all(p.startswith("s3a://") for p in manifest["partials"] + [manifest["result"]])
+    table = read_parquet_dir(manifest["result"])
     rows = [tuple(r.values()) for r in table.to_pylist()]
-    cols, ref = duckdb_reference(query, landed, window["tpch"] / "static")
-    assert table.column_names == cols
+    if query == "events":
+        files = sorted(p for p in window["events"].iterdir() if p.suffix == ".csv")
+        assert len(files) == UNITS and sorted(claimed) == sorted(p.name for p in files), claimed
+        ref = events_reference(files)
+    else:
+        landed = sorted(p for p in window["landing"].iterdir() if p.is_dir() and not p.name.startswith("."))
+        assert sorted(claimed) == [u.name for u in landed] and len(landed) == UNITS
+        cols, ref = duckdb_reference(query, landed, window["tpch"] / "static")
+        assert table.column_names == cols
     assert len(ref) > 0
     assert_same_rows(rows, ref, ordered=query == "q3", label=f"{dag_id} {ws.window_id}")
+
+
+def test_a_batch_whose_celery_worker_was_killed_ran_again_on_the_other_from_the_same_claim(window):
+    fault = window["fault"]
+    assert fault, "no batch of the victim DAG ran its spark-submit long enough to kill its worker"
+    assert fault["claim"] and fault["claim"]["units"], fault
+    ws, claims, _plan, _report = window_state(window, VICTIM)
+    batch = fault["batch"]
+    assert claims[batch] == fault["claim"]  # the retry claimed nothing new: the same units, the same claim
+    ti = next(t for t in window["tis"][VICTIM] if t["task_id"] == "batch.submit" and t["map_index"] == fault["map_index"])
+    assert ti["state"] == "success" and ti["try_number"] >= 2, ti
+    other = next(c for c in window["worker_logs"] if c != fault["worker"])
+    logs = window["worker_logs"]
+    # The killed try ran on the killed worker; the try that succeeded, on the other.
+    assert fault["ti_id"] in logs[fault["worker"]] and ti["id"] != fault["ti_id"]
+    assert ti["id"] in logs[other] and ti["id"] not in logs[fault["worker"]]
+    assert ws.metrics(batch)["written_at"] > fault["at"]
+
+
+def test_the_tasks_ran_on_both_celery_workers(window):
+    ids = {t["id"] for tis in window["tis"].values() for t in tis if t["state"] == "success"}
+    ran = {c: {i for i in ids if i in text} for c, text in window["worker_logs"].items()}
+    assert len(ran) == 2 and all(ran.values()), {c: len(v) for c, v in ran.items()}
+
+
+def test_nothing_is_left_under_a_local_state_directory(window):
+    assert not (Path(window["home"]) / "iqp").exists()
+    assert window["local_dirs"] == []
 
 
 def test_spark_submit_jobs_ran_on_the_standalone_master_and_connect_served_from_it(window):

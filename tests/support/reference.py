@@ -35,6 +35,19 @@ def duckdb_reference(qid: str, unit_dirs, static_dir) -> tuple[list[str], list[t
     return cols, rows
 
 
+def read_parquet_dir(uri: str):
+    """A parquet directory, local or in an object store (``s3a://``), as an Arrow table."""
+    import pyarrow.parquet as pq
+
+    from airflow_iqp.paths import is_local, local_path
+    from airflow_iqp.store.objects import fs_and_path
+
+    if is_local(uri):
+        return pq.read_table(local_path(uri))
+    fs, path = fs_and_path(uri)
+    return pq.read_table(path, filesystem=fs)
+
+
 def _norm(v):
     if isinstance(v, Decimal):
         return float(v)

@@ -1,8 +1,10 @@
 """The cluster test's DAGs (tests/cluster/test_cluster_e2e.py), beside a copy of the example
-``dags/iqp_cq2.py`` (CQ2 on spark-submit): CQ2 on Spark Connect, and TPC-H Q3 (orders joined
-with lineitem, both streams, and with the static customer table) on both backends. All read
-the same landing directory as the example; each backend has a state directory of its own.
-Window, units, deadline and cost hints come from the same IQP_* variables as the example's."""
+``dags/iqp_cq2.py`` (CQ2 on spark-submit): a user's SQL over their own CSV files on Spark
+Connect, and TPC-H Q3 (orders joined with lineitem, both streams, and with the static
+customer table) on both backends. The TPC-H DAGs read the same landing directory as the
+example, the CSV one a directory of its own; each backend has a state store of its own
+under ``T_STATE`` (an ``s3://`` prefix in the test). Window, units, deadline and cost hints
+come from the same IQP_* variables as the example's."""
 
 import os
 from datetime import datetime, timedelta
@@ -10,6 +12,7 @@ from datetime import datetime, timedelta
 from airflow_iqp.dag_factory import iqp_dag
 from airflow_iqp.backends import SparkConnect, SparkSubmit
 from airflow_iqp.options import Algorithm1, Arrival
+from airflow_iqp.streams import Stream
 
 DATA = os.environ["IQP_DATA"]
 LANDING = DATA + "/landing/cq2/{{ data_interval_start | ts_nodash }}"
@@ -24,10 +27,13 @@ COMMON = dict(
     end_date=datetime.fromisoformat(os.environ["IQP_END"]),
 )
 
-cq2_connect = iqp_dag(
-    name="cq2", dag_id="iqp_cq2_connect",
-    sql="SELECT count(*) AS totalorders, o_orderpriority FROM orders GROUP BY o_orderpriority",
-    streams={"orders": {"path": LANDING, "unit": "dir"}},
+events_connect = iqp_dag(
+    name="events", dag_id="iqp_events_connect",
+    sql="""SELECT country, count(*) AS n, sum(amount) AS revenue, avg(qty) AS avg_qty,
+                  count(DISTINCT user_id) AS users
+           FROM events WHERE amount IS NOT NULL GROUP BY country""",
+    streams={"events": Stream(path=DATA + "/landing/events/{{ data_interval_start | ts_nodash }}", format="csv",
+                              pattern="*.csv")},
     backend=SparkConnect(), state_dir=os.environ["T_STATE"] + "/connect", **COMMON)
 
 for backend in (SparkSubmit(), SparkConnect()):
