@@ -27,7 +27,6 @@ workers, and nothing may be left under a local state directory.
 
 from __future__ import annotations
 
-import csv
 import random
 import shutil
 import subprocess
@@ -41,6 +40,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 from iqp_dev.cluster import cluster_env  # noqa: E402
+from tests.support.events import write_csv_file  # noqa: E402
 from tests.support.reference import assert_same_rows, duckdb_reference, read_parquet_dir  # noqa: E402
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
@@ -75,20 +75,6 @@ def wid(ts: float) -> str:
 
 def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat()
-
-
-def write_events(landing: Path, i: int, rng: random.Random) -> str:
-    """One of the user's CSV files, written under an in-flight name and renamed."""
-    name = f"events-{i:03d}.csv"
-    tmp = landing / f".{name}.inprogress"
-    with open(tmp, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["user_id", "country", "amount", "qty"])
-        for _ in range(rng.randint(20, 60)):
-            w.writerow([rng.randint(1, 12), rng.choice(["fr", "de", "us", "jp"]),
-                        rng.choice(["", f"{rng.uniform(0, 300):.2f}"]), rng.randint(0, 9)])
-    tmp.rename(landing / name)
-    return name
 
 
 def ancestors(pid: int, table: dict[int, dict]) -> list[int]:
@@ -172,7 +158,7 @@ def window(tmp_path_factory, s3_server):
         def write_all() -> None:
             for i in range(UNITS):
                 time.sleep(max(0.0, start + (i + 0.5) * W / UNITS - time.time()))
-                write_events(events, i, rng)
+                write_csv_file(events, rng)
 
         writer = threading.Thread(target=write_all, daemon=True)
         writer.start()

@@ -23,12 +23,10 @@ batch claims the rest.
 
 from __future__ import annotations
 
-import csv
 import json
 import random
 import threading
 import time
-import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -36,6 +34,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 from iqp_dev.local_airflow import airflow_env, free_port  # noqa: E402
+from tests.support.events import write_csv_file  # noqa: E402
 from tests.support.reference import assert_same_rows  # noqa: E402
 
 pytestmark = [pytest.mark.airflow, pytest.mark.spark]
@@ -58,21 +57,6 @@ def wid(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y%m%dT%H%M%S")
 
 
-def write_file(landing: Path, rng: random.Random) -> str:
-    """One CSV file as a writer makes it: an in-flight name, a rename, a checksum beside it."""
-    name = f"part-{rng.randint(0, 99999):05d}-{uuid.UUID(int=rng.getrandbits(128))}.csv"
-    tmp = landing / f".{name}.inprogress"
-    with open(tmp, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["user_id", "country", "amount", "qty"])
-        for _ in range(rng.randint(5, 30)):
-            w.writerow([rng.choice(["", *map(str, range(1, 9))]), rng.choice(["fr", "de", "us", "jp"]),
-                        rng.choice(["", f"{rng.uniform(0, 300):.2f}"]), rng.randint(0, 9)])
-    tmp.rename(landing / name)
-    (landing / f".{name}.crc").write_text("crc")
-    return name
-
-
 def writer(landing: Path, start: float, count: int, seed: int, out: list[str], late: list[str] | None = None) -> None:
     """``count`` files through the window at a varying rate (a burst, a lull, a trickle);
     with ``late``, :data:`LATE` more 8 s after the window's end."""
@@ -82,12 +66,12 @@ def writer(landing: Path, start: float, count: int, seed: int, out: list[str], l
                      + [rng.uniform(30, W - 4) for _ in range(count - count // 2)])
     for off in offsets:
         time.sleep(max(0.0, start + off - time.time()))
-        out.append(write_file(landing, rng))
+        out.append(write_csv_file(landing, rng))
     time.sleep(max(0.0, start + W - 1 - time.time()))
     (landing / "_SUCCESS").write_text("")
     if late is not None:
         time.sleep(max(0.0, start + W + 8 - time.time()))
-        late.extend(write_file(landing, rng) for _ in range(LATE))
+        late.extend(write_csv_file(landing, rng) for _ in range(LATE))
 
 
 def grid_blind_writer(root: Path, first: float, last: float, seed: int, out: dict[str, float],
@@ -111,7 +95,7 @@ def grid_blind_writer(root: Path, first: float, last: float, seed: int, out: dic
             tmp.write_bytes(b"user_id,country\n1,fr\n" if bad.index(at) == 0 else bytes(range(256)) * 4)
             tmp.rename(path)
         else:
-            path = where / write_file(where, rng)
+            path = where / write_csv_file(where, rng)
         out[str(path)] = path.stat().st_mtime
 
 

@@ -9,8 +9,10 @@ keys both ways too, a NULL key and a key twice. DuckDB over the same files is th
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import random
+import uuid
 from pathlib import Path
 
 EVENT_COLUMNS = {"ts": "TIMESTAMP", "user_id": "BIGINT", "country": "STRING", "amount": "DOUBLE", "qty": "INT",
@@ -66,3 +68,19 @@ def duckdb_events(sql: str, data: Path, units: list[Path] | None = None) -> tupl
     rows = [tuple(r) for r in cur.fetchall()]
     con.close()
     return cols, rows
+
+
+def write_csv_file(landing: Path, rng: random.Random) -> str:
+    """One CSV file of events (``user_id``, ``country``, ``amount``, ``qty``; empty values are
+    NULLs) as a writer makes it: an in-flight name, a rename, a checksum beside it. Its name."""
+    name = f"part-{rng.randint(0, 99999):05d}-{uuid.UUID(int=rng.getrandbits(128))}.csv"
+    tmp = landing / f".{name}.inprogress"
+    with open(tmp, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["user_id", "country", "amount", "qty"])
+        for _ in range(rng.randint(5, 30)):
+            w.writerow([rng.choice(["", *map(str, range(1, 9))]), rng.choice(["fr", "de", "us", "jp"]),
+                        rng.choice(["", f"{rng.uniform(0, 300):.2f}"]), rng.randint(0, 9)])
+    tmp.rename(landing / name)
+    (landing / f".{name}.crc").write_text("crc")
+    return name
