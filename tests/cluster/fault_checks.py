@@ -10,7 +10,6 @@ empty when the fault was handled as it should be (the test asserts that).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,8 +47,23 @@ class Verdict:
         return ok
 
 
-def _json(path: Path) -> dict | None:
-    return json.loads(path.read_text()) if path.is_file() else None
+def left_temporaries(ws) -> list[str]:
+    """Temporary partials that the window's killed attempts left. A local store's writer
+    renames its temporary into place and the next attempt removes a killed one's; an object
+    store's writer writes a directory of its own that the key then names, and a killed
+    attempt's stays, named by nothing: there, a temporary is a named partial that is not
+    whole (no ``_SUCCESS``)."""
+    import fsspec
+
+    from airflow_iqp.store import LocalStore
+    from airflow_iqp.store.objects import fs_and_path
+
+    parent = ws.partial_uri(0).rsplit("/", 1)[0]
+    if isinstance(ws.store, LocalStore):
+        return [str(p) for p in Path(parent).glob(".batch-*")]
+    named = list(ws.written_partials().values())
+    fs = fs_and_path(named[0])[0] if named else fsspec.filesystem("file")
+    return [uri for uri in named if not fs.exists(fs_and_path(uri)[1] + "/_SUCCESS")]
 
 
 def duckdb_rows(files: list[str]) -> list[tuple]:
@@ -84,11 +98,9 @@ def window_facts(run: Run, dag: str) -> dict:
     facts = {"ws": ws, "claims": claims, "claimed": claimed, "manifest": manifest, "report": report, "good": good,
              "late": late, "quarantined": quarantined, "lost": lost, "twice": twice, "result_error": None}
     try:
-        import pyarrow.parquet as pq
+        from tests.support.reference import assert_same_rows, read_parquet_dir
 
-        from tests.support.reference import assert_same_rows
-
-        got = [tuple(r.values()) for r in pq.read_table(manifest["result"]).to_pylist()]
+        got = [tuple(r.values()) for r in read_parquet_dir(manifest["result"]).to_pylist()]
         want = duckdb_rows([str(run.landing(dag) / n) for n in good])
         assert_same_rows(got, want, ordered=True, label=dag)
     except Exception as exc:  # noqa: BLE001 - a verdict, not a crash: the row says it
@@ -104,11 +116,6 @@ def _ts(value: str | None) -> float | None:
     from datetime import datetime
 
     return datetime.fromisoformat(value).timestamp() if value else None
-
-
-def _alert(run: Run, dag: str) -> dict | None:
-    rid = run.runs.get(dag, "").replace("/", "_").replace(":", "_")
-    return _json(run.state / dag / "deadline_missed" / f"{rid}.json")
 
 
 def verdict(run: Run, n: int) -> Verdict:
@@ -127,10 +134,9 @@ def verdict(run: Run, n: int) -> Verdict:
     v.check(f["result_error"] is None, f"result differs from DuckDB: {f['result_error']}")
     v.check(not f["lost"], f"units lost: {f['lost']}")
     v.check(f["twice"] == 0, f"units counted twice: {f['twice']} ({f['claimed']})")
-    partials = Path(f["ws"].partial_uri(0)).parent  # the window's partials, their temporaries hidden beside them
-    v.check(not any(partials.glob(".batch-*")), "a killed attempt's temporary partial was left")
+    v.check(not left_temporaries(f["ws"]), "a killed attempt's temporary partial was left")
     if n not in (11, 12):  # the deadline was met: no alert
-        v.check(_alert(run, dag) is None and f["ws"].doc("deadline_risk") is None,
+        v.check(run.alert(dag) is None and f["ws"].doc("deadline_risk") is None,
                 "a deadline alert or risk warning fired")
     globals()[f"_fault_{n}"](run, v, f, fault)
     if v.row["recovery_seconds"] is not None:
@@ -251,7 +257,7 @@ def _fault_11(run, v, f, fault):
     plan = f["ws"].doc("plan") or {}
     v.check(bool(risk) and bool(risk.get("reason")), "the risk notifier did not fire (no deadline_risk.json)")
     v.check(plan.get("plan", {}).get("feasible") is False, "the plan was feasible")
-    v.check(_alert(run, "f_tight") is not None, "the Deadline Alert did not fire")
+    v.check(run.alert("f_tight") is not None, "the Deadline Alert did not fire")
     v.check(f["report"].get("deadline_met") is False, "the report says the deadline was met")
     v.row["detected_by"] = ("the plan (DeadlineRiskNotifier: deadline_risk.json), then the DeadlineAlert at the "
                             "deadline (deadline_missed record); the earliest plan ran to the end")
@@ -263,7 +269,7 @@ def _fault_12(run, v, f, fault):
     failed_ti = next((t for t in fault.get("failed_tis") or [] if t["task_id"] == "batch.submit"
                       and t["state"] == "failed"), None)
     v.check(bool(failed_ti) and failed_ti["try_number"] >= 2, f"no batch failed after a retry: {failed_ti}")
-    v.check(fault.get("alert_seen") is True and _alert(run, "f_fail") is not None, "the Deadline Alert did not fire")
+    v.check(fault.get("alert_seen") is True and run.alert("f_fail") is not None, "the Deadline Alert did not fire")
     claims = fault.get("claims") or {}
     for i in (1, 2):
         v.check(claims.get(i) is not None and f["ws"].claim_of(i) == claims.get(i),
