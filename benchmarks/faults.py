@@ -7,6 +7,8 @@ how long the recovery took, and whether the result was correct, no unit lost or 
 twice, and the deadline met:
 
     python benchmarks/faults.py        # about 7 minutes; writes benchmarks/results/faults.{json,md}
+    python benchmarks/faults.py --store s3 --out benchmarks/results/faults_s3
+                                       # the same with the state and the partials on an S3 server
 
 ``recovery_seconds``: from the fault to the affected batch's partial written again (faults
 1, 2, 5, 6), to the restarted triggerer holding every trigger (3), to the first task the
@@ -42,7 +44,9 @@ def markdown(rows: list[dict], meta: dict) -> str:
     def cell(v) -> str:
         return "—" if v is None else ("yes" if v is True else "no" if v is False else str(v))
 
-    lines = [(f"Measured {meta['date']} at commit {meta['commit']} on {meta['machine']}; the whole run took "
+    store = {"s3": "the state store and the partials on an S3-compatible server (moto's)"}.get(
+        meta.get("store", "local"), "the local state store")
+    lines = [(f"Measured {meta['date']} at commit {meta['commit']} on {meta['machine']}, {store}; the whole run took "
               f"{meta['wall_seconds']:.0f} s."), "",
              ("| fault | detected by | recovery s | result correct | units lost | units counted twice "
               "| deadline met |"),
@@ -59,15 +63,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(RESULTS / "faults"), help="path without suffix of the .json and .md")
     parser.add_argument("--keep", metavar="DIR", help="run under DIR and keep it: the cluster's process logs, "
                                                       "the DAGs' landing and state directories")
+    parser.add_argument("--store", choices=("local", "s3"), default="local",
+                        help="the state store: a directory (default), or a prefix on an S3-compatible server "
+                             "(moto's, as a process: iqp_dev/s3.py) that Spark writes partials to through S3A")
     args = parser.parse_args(argv)
     t0 = time.time()
-    with (contextlib.nullcontext(args.keep) if args.keep else tempfile.TemporaryDirectory(prefix="iqp-faults-")) as tmp:
-        run = run_faults(Path(tmp), keep=bool(args.keep))
+    with contextlib.ExitStack() as stack:
+        tmp = args.keep or stack.enter_context(tempfile.TemporaryDirectory(prefix="iqp-faults-"))
+        state, spark_conf = None, None
+        if args.store == "s3":
+            from iqp_dev.s3 import CREDENTIALS, s3_server
+            from iqp_dev.s3a import s3a_spark_conf
+
+            server = stack.enter_context(s3_server(Path(tmp) / "s3"))
+            state = server.bucket("faults") + "/state"
+            spark_conf = s3a_spark_conf(server.endpoint, CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                                        CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+        run = run_faults(Path(tmp), keep=bool(args.keep), state=state, spark_conf=spark_conf)
         verdicts = [verdict(run, n) for n in sorted(NAMES)]
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, check=False).stdout.strip()
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(t0)), "commit": commit,
-            "machine": f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}", "wall_seconds": time.time() - t0}
+            "machine": f"{os.cpu_count()} cores, {platform.machine()}, Python {platform.python_version()}", "wall_seconds": time.time() - t0,
+            "store": args.store}
     rows = [{**v.row, **({"problems": v.problems} if v.problems else {})} for v in verdicts]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
