@@ -12,7 +12,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from airflow_iqp.cli.supervisor import alive as _alive, send
@@ -31,9 +30,18 @@ def wait_for(cond: Callable[[], Any], timeout: float = WAIT_S, poll: float = 0.1
 
 
 def pausing(run, dag: str, index: int) -> bool:
-    """The batch wrote its partial to its temporary directory and pauses before the rename."""
-    partial = Path(run.window(dag).partial_uri(index))  # its temporary directories are hidden siblings
-    return any((p / "_SUCCESS").exists() for p in partial.parent.glob(f".{partial.name}.tmp-*"))
+    """The batch wrote its partial to its temporary directory (a hidden sibling of its place:
+    ``.batch-NNNN.tmp-*`` in a local store, ``.batch-NNNN.v*`` in an object store) and pauses
+    before it commits it."""
+    import fsspec
+
+    from airflow_iqp.paths import is_local
+    from airflow_iqp.store.objects import fs_and_path
+
+    partial = run.window(dag).partial_uri(index)
+    fs, path = (fsspec.filesystem("file"), partial) if is_local(partial) else fs_and_path(partial)
+    parent, name = path.rsplit("/", 1)
+    return any(fs.exists(f"{p}/_SUCCESS") for p in fs.glob(f"{parent}/.{name}.*"))
 
 
 def ti_of(run, dag: str, task_id: str, map_index: int = -1) -> dict | None:
@@ -237,8 +245,7 @@ def rerun_after_fix(run) -> None:
     fault = _record(run, 12, failed_run=run.final.get("f_fail"), failed_tis=run.tis.get("f_fail"),
                     claims={i: claim_of(run, "f_fail", i) for i in (1, 2)},
                     metrics_before={i: ws.metrics(i) or None for i in (1, 2)})
-    record = run.state / "f_fail" / "deadline_missed" / f"{run_id.replace('/', '_').replace(':', '_')}.json"
-    fault["alert_seen"] = bool(wait_for(record.is_file, timeout=max(
+    fault["alert_seen"] = bool(wait_for(lambda: run.alert("f_fail") is not None, timeout=max(
         10.0, run.specs["f_fail"]["anchor"] + run.specs["f_fail"]["window"] + run.specs["f_fail"]["offset"]
         + 60 - time.time()), poll=0.5))
     import random

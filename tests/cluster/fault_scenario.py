@@ -188,17 +188,28 @@ class Run:
     logs: dict[str, str] = field(default_factory=dict)            # dag -> failed tasks' log tails
     errors: list[str] = field(default_factory=list)               # an injection that could not happen
 
+    #: The state store's location: a directory under ``data`` unless given (an ``s3://`` prefix).
+    location: str | None = None
+
     @property
-    def state(self) -> Path:
-        return self.data / "state"
+    def state(self) -> str:
+        return self.location or str(self.data / "state")
+
+    def store(self):
+        from airflow_iqp.store import open_store
+
+        return open_store(self.state)
+
+    def alert(self, dag: str) -> dict | None:
+        """The deadline-miss record of the DAG's run, None if none was written."""
+        rid = self.runs.get(dag, "").replace("/", "_").replace(":", "_")
+        return self.store().get(f"{dag}/deadline_missed/{rid}.json")
 
     def landing(self, dag: str) -> Path:
         return self.data / dag / wid(self.specs[dag]["anchor"])
 
     def window(self, dag: str):
-        from airflow_iqp.store import open_store
-
-        return open_store(self.state).window(dag, wid(self.specs[dag]["anchor"]))
+        return self.store().window(dag, wid(self.specs[dag]["anchor"]))
 
     def dag_id(self, dag: str) -> str:
         return f"iqp_{dag}"
@@ -210,15 +221,20 @@ class Run:
         return self.runs[dag]
 
 
-def run_faults(data: Path, *, keep: bool = False) -> Run:
-    """Start the cluster, run both phases with their faults, stop the cluster; return the Run."""
+def run_faults(data: Path, *, keep: bool = False, state: str | None = None,
+               spark_conf: dict[str, str] | None = None) -> Run:
+    """Start the cluster, run both phases with their faults, stop the cluster; return the Run.
+
+    ``state``: the state store's location (default: a directory under ``data``); an
+    ``s3://`` prefix needs the S3A connector's ``spark_conf``
+    (:func:`iqp_dev.s3a.s3a_spark_conf`) for Spark to write the partials there."""
     from iqp_dev.cluster import cluster_env
     from tests.cluster import fault_inject as inject
 
-    run = Run(data=data, specs=dag_specs(0.0))
+    run = Run(data=data, specs=dag_specs(0.0), location=state)
     run.published = {d: [] for d in run.specs}
     spec_file = data / "faults.json"
-    env = {"IQP_FAULTS": str(spec_file), "AIRFLOW__IQP__STATE_DIR": str(run.state),
+    env = {"IQP_FAULTS": str(spec_file), "AIRFLOW__IQP__STATE_DIR": run.state,
            "AIRFLOW_IQP_PAUSE_BEFORE_RENAME": str(PAUSE_S)}
     config = {"CORE__PARALLELISM": "8", "CORE__MAX_ACTIVE_TASKS_PER_DAG": "8",
               # A task process whose scheduler died with it is reset within a minute.
@@ -226,7 +242,7 @@ def run_faults(data: Path, *, keep: bool = False) -> Run:
     dags = data / "dags"
     dags.mkdir(parents=True, exist_ok=True)
     (dags / "iqp_faults.py").write_text((DAGS / "iqp_faults.py").read_text())
-    with cluster_env(dags, extra_env=env, config=config, keep=keep) as cl:
+    with cluster_env(dags, extra_env=env, config=config, keep=keep, spark_conf=spark_conf) as cl:
         run.cluster = cl
         _open(run, PHASE1, time.time() + LEAD_S, spec_file)
         _phase(run, PHASE1, inject.phase1, after=inject.rerun_after_fix)
