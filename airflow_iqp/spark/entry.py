@@ -57,9 +57,15 @@ def run_job(job: str, app_name: str, work: Callable) -> tuple[int, object]:
 
 
 def load_work(text: str | None, uri: str | None) -> dict:
-    """A job's work: the JSON given on the command line, or in the file it names (work too
-    large for one argument)."""
-    if uri:
-        with open(uri, encoding="utf-8") as fh:
+    """A job's work: the JSON given on the command line, or in the document it names (work
+    too large for one argument), which the state store wrote: a local file, or an object."""
+    from airflow_iqp.paths import is_local, local_path
+    from airflow_iqp.store.objects import fs_and_path
+
+    if uri and is_local(uri):
+        with open(local_path(uri), encoding="utf-8") as fh:
             return json.load(fh)
+    if uri:
+        fs, path = fs_and_path(uri)
+        return json.loads(fs.cat_file(path))
     return json.loads(text)
