@@ -10,8 +10,9 @@ location of its own. ``docs/state-layout.md`` describes every entry.
 An implementation gives a handful of primitives on keys (``/``-separated names relative to
 the store): read, write and list JSON documents, update one atomically, append to a log,
 a lock that the window's claims are made under, a directory that a Spark job writes and
-that appears whole (:meth:`StateStore.write_dir`), and the cluster's turns. :mod:`airflow_iqp.store.local` is the one on a local
-(or shared) file system. Pure Python: no Spark, no Airflow.
+that appears whole (:meth:`StateStore.write_dir`), and the cluster's turns.
+:mod:`airflow_iqp.store.local` is the one on a local (or shared) file system,
+:mod:`airflow_iqp.store.objects` the one in an object store. Pure Python: no Spark, no Airflow.
 """
 
 from __future__ import annotations
