@@ -5,7 +5,8 @@
 #   bash scripts/test.sh ARGS...    pytest with ARGS, in one process
 #
 # The whole suite runs in two lanes at the same time, then two suites alone:
-#   * the e2e suites and the cluster e2e suite, which run real Airflow processes (marker
+#   * the e2e suites, the cluster e2e suite and the fault suite on the object store
+#     (tests/cluster/test_faults_remote.py), which run real Airflow processes (marker
 #     `airflow`) and mostly wait for live windows to open, fill and close;
 #   * everything else, beside them at nice 19 and in the idle I/O class. Where the kernel
 #     groups processes by session (sched_autogroup), nice counts only inside the group,

@@ -190,6 +190,12 @@ def window(tmp_path_factory, s3_server):
         out["runs_rows"] = cl.airflow.sql("SELECT dag_id, state FROM dag_run WHERE run_type = ?", ("scheduled",))
         out["worker_logs"] = {c: cl.log_path(c).read_text(errors="replace") for c in cl.celery_workers}
         out["root"] = cl.root
+        out["components"] = cl.components
+        if out["fault"]:  # the killed worker comes back through the harness and answers its broker again
+            out["restart_s"] = cl.restart(out["fault"]["worker"])
+            out["ping"] = cl.airflow.celery_ping()
+            out["hostnames"] = sorted(cl.airflow.celery_hostname(c) for c in cl.celery_workers)
+        out["all_pids"] = [p for p in cl.pids().values() if p] + [p["pid"] for p in cl.processes()]
         out["local_dirs"] = [str(p) for base in (cl.root, data) for p in base.rglob("*")
                              if p.name in ("partials", "claims", "result") or p.name.startswith("batch-0")]
         out["elapsed"] = time.time() - t0
@@ -270,6 +276,19 @@ def test_the_tasks_ran_on_both_celery_workers(window):
     ids = {t["id"] for tis in window["tis"].values() for t in tis if t["state"] == "success"}
     ran = {c: {i for i in ids if i in text} for c, text in window["worker_logs"].items()}
     assert len(ran) == 2 and all(ran.values()), {c: len(v) for c, v in ran.items()}
+
+
+def test_the_cluster_ran_redis_two_celery_workers_and_two_spark_workers_and_left_no_process(window):
+    from airflow_iqp.cli.supervisor import alive
+
+    assert window["components"] == ("postgres", "redis", "spark-master", "spark-worker", "spark-worker-2",
+                                    "spark-connect", "scheduler", "triggerer", "dag-processor", "api-server",
+                                    "celery-worker-1", "celery-worker-2")
+    assert window.get("ping") and window["ping"] == window["hostnames"], window.get("ping")
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in window["all_pids"]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert window["all_pids"] and [p for p in window["all_pids"] if alive(p)] == []
 
 
 def test_nothing_is_left_under_a_local_state_directory(window):
