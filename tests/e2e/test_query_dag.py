@@ -234,7 +234,13 @@ def test_fixed_profile_batches_claim_their_units_in_time_and_meet_the_deadline(f
     for task in ("batch.wait", "batch.submit"):
         tis = sorted((t for t in fixed["tis"] if t["task_id"] == task), key=lambda t: t["map_index"])
         assert [t["map_index"] for t in tis] == list(range(len(batches)))
-        assert [t["rendered_map_index"] for t in tis] == [b["label"] for b in batches]
+        for t, b in zip(tis, batches):
+            if task == "batch.submit" and t["state"] == "skipped" and " · dropped by the " in b["label"]:
+                # A batch a re-plan dropped: its sensor skips, and Airflow skips the submit task
+                # without running it, so its label (rendered when a task runs) is never rendered.
+                assert t["rendered_map_index"] in (None, str(t["map_index"]), b["label"]), t
+            else:
+                assert t["rendered_map_index"] == b["label"], (task, t)
     cumulative = 0
     for b in batches:
         claim = claims[b["index"]]
