@@ -243,6 +243,9 @@ def test_fixed_profile_batches_claim_their_units_in_time_and_meet_the_deadline(f
                 assert t["rendered_map_index"] == b["label"], (task, t)
     cumulative = 0
     for b in batches:
+        if b.get("skip"):  # dropped by a re-plan: it claims nothing, and the batches after it claim its units
+            assert not (claims.get(b["index"]) or {}).get("units"), (b["index"], claims.get(b["index"]))
+            continue
         claim = claims[b["index"]]
         cumulative += len(claim["units"])
         assert cumulative >= b["cumulative"], (b["index"], cumulative, b["cumulative"])
