@@ -144,14 +144,14 @@ class ObjectStore(StateStore):
         # becomes an object naming it: one PUT, so a reader finds the old directory or the
         # new one, each whole. S3 has no rename: a writer killed half-way leaves only a
         # hidden directory that nothing names, and a zombie writer never touches another's.
-        parent, _, name = key.rpartition("/")
-        data = f"{parent}/.{name}.v{uuid.uuid4().hex[:16]}" if parent else f".{name}.v{uuid.uuid4().hex[:16]}"
+        hidden = f".{key.rpartition('/')[2]}.v{uuid.uuid4().hex[:16]}"
+        data = self._sibling(key, hidden)
         write(self.uri(data))
         before: list[Any] = []
 
         def point(old: Any) -> dict:
             before.append(old)
-            return {"dir": data.rpartition("/")[2], "written_at": time.time()}
+            return {"dir": hidden, "written_at": time.time()}
 
         self.update(key, point)
         if isinstance(before[0], dict) and before[0].get("dir"):  # the one replaced: nothing names it now
