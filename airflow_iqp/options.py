@@ -115,21 +115,23 @@ class Cut:
         backend's default).
     :param cost_scale: plan with the costs times this: the load the deployment adds while a
         window runs (Airflow, other queries, the input landing), which an idle calibration
-        does not see.
+        does not see. None (the default): learned from the batches of the query's last
+        windows, and of the other queries on its cluster (:func:`airflow_iqp.window.costs.margins`);
+        1 before there are any.
     """
 
     mode: ClassVar[str]
 
     cost_hint: Mapping | None = None
     final_agg_hint: Mapping | None = None
-    cost_scale: float = 1.0
+    cost_scale: float | None = None
 
     def __post_init__(self):
         if type(self) is Cut:
             raise ConfigError("give Algorithm1(), MinBatches() or OneBatch()", "cut")
         _set(self, "cost_hint", _model(self.cost_hint, "cut.cost_hint", cost_model_from_dict))
         _set(self, "final_agg_hint", _model(self.final_agg_hint, "cut.final_agg_hint", final_agg_from_dict))
-        _set(self, "cost_scale", _number(self.cost_scale, "cut.cost_scale", low=0, strict=True))
+        _set(self, "cost_scale", _number(self.cost_scale, "cut.cost_scale", low=0, strict=True, optional=True))
 
     def query_config(self) -> dict[str, Any]:
         """This object's part of the runtime's ``QueryConfig``."""

@@ -175,10 +175,12 @@ def test_a_hint_dict_is_copied_in_and_out():
 def test_the_backends_yield_their_name_and_tail_and_task_settings():
     submit = SparkSubmit(fuse_tail=True, tail_slots=1, dispatch=timedelta(seconds=1.5), pool="spark",
                          conf={"spark.executor.memory": "1g"}, retries=0)
-    assert submit.query_config() == {"backend": "spark-submit", "fuse_tail": True, "dispatch": 1.5}
+    assert submit.query_config() == {"backend": "spark-submit", "fuse_tail": True, "dispatch": 1.5, "cluster": None}
     assert submit.task_kwargs() == {"retries": 0, "pool": "spark", "conf": {"spark.executor.memory": "1g"}}
-    connect = SparkConnect(conn_id="sc_main", weight_rule="airflow_iqp.priority.EDFPriority")
-    assert connect.query_config() == {"backend": "spark-connect", "fuse_tail": False, "dispatch": 0.0}
+    connect = SparkConnect(conn_id="sc_main", weight_rule="airflow_iqp.priority.EDFPriority", cluster="etl")
+    # No dispatch given: learned with the cost scale (window.costs.margins).
+    assert connect.query_config() == {"backend": "spark-connect", "fuse_tail": False, "dispatch": None,
+                                      "cluster": "etl"}
     assert connect.task_kwargs() == {"retries": 2, "conn_id": "sc_main",
                                      "weight_rule": "airflow_iqp.priority.EDFPriority"}
     assert query_config(connect).backend == "spark-connect"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from airflow_iqp._values import _flag, _name, _seconds, _set, _whole
 from airflow_iqp.errors import ConfigError
+from airflow_iqp.paths import check_name
 
 if TYPE_CHECKING:
     from airflow_iqp.hooks.spark import IQPSparkHook
@@ -48,10 +49,17 @@ class Backend:
         backend's :attr:`lead`; 0 starts it at the window's end).
     :param tail_slots: how many of the state directory's batches run at once, earliest
         deadline first (0: no limit; 1: the paper's one batch at a time).
+    :param cluster: the name of the Spark cluster this query shares with others. The queries
+        of one state store that name the same cluster and window length are planned
+        jointly, earliest deadline first: each window's plan reads, from the store, the
+        other queries registered on it (their deadlines, arrivals and cost models) and plans
+        in the executor time those due earlier leave. None: planned as if alone.
     :param dispatch: seconds Airflow takes from a batch's claim to its Spark work (sensor
         resume, task start, session), added to every planned batch whose cost leaves it out:
         a ``cost_hint`` and an ``airflow-iqp calibrate`` fit. The built-in default and the
-        cost history run from the claim and include it.
+        cost history run from the claim and include it. None (the default): learned, with
+        ``Cut.cost_scale``, from the batches of the last windows
+        (:func:`airflow_iqp.window.costs.margins`); 0 before there are any.
     """
 
     #: The backend's name: ``QueryConfig.backend``, and what plans, metrics and the cost
@@ -90,7 +98,8 @@ class Backend:
     fuse_tail: bool = False
     tail_lead: float | dt.timedelta | None = None
     tail_slots: int = 0
-    dispatch: float | dt.timedelta = 0.0
+    cluster: str | None = None
+    dispatch: float | dt.timedelta | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -120,7 +129,9 @@ class Backend:
         _flag(self.fuse_tail, "backend.fuse_tail")
         _set(self, "tail_lead", _seconds(self.tail_lead, "backend.tail_lead", optional=True))
         _whole(self.tail_slots, "backend.tail_slots", 0)
-        _set(self, "dispatch", _seconds(self.dispatch, "backend.dispatch"))
+        if self.cluster is not None:  # it names a directory of the state store
+            check_name(_name(self.cluster, "backend.cluster", "a cluster's name"), "backend.cluster")
+        _set(self, "dispatch", _seconds(self.dispatch, "backend.dispatch", optional=True))
         if self.tail_slots and not self.fuse_tail and not self.mapped_batches_take_turns:
             turns = " or ".join(f"{b.__name__}()" for b in Backend._registry.values() if b.mapped_batches_take_turns)
             raise ConfigError(f"takes turns among fused tails only on {self.name}: give fuse_tail=True, or use "
@@ -133,7 +144,7 @@ class Backend:
 
     def query_config(self) -> dict[str, Any]:
         """This object's part of the runtime's ``QueryConfig``."""
-        return {"backend": self.name, "fuse_tail": self.fuse_tail, "dispatch": self.dispatch}
+        return {"backend": self.name, "fuse_tail": self.fuse_tail, "dispatch": self.dispatch, "cluster": self.cluster}
 
     def task_kwargs(self) -> dict[str, Any]:
         """What every batch and final task of this backend takes."""

@@ -20,7 +20,7 @@ from airflow_iqp.hooks.state import IQPStateHook
 from airflow_iqp.query.store import Saved
 from airflow_iqp.window.config import QueryConfig, clock
 from airflow_iqp.window.accounting import late_entry, record_task_cpu
-from airflow_iqp.window.plan import format_window_plan, plan_window, store_plan
+from airflow_iqp.window.plan import format_window_plan, plan_window, register_on_cluster, store_plan
 from airflow_iqp.window.readiness import split_tail
 
 
@@ -106,7 +106,10 @@ class BatchPlanOperator(BaseOperator):
         if not self.per_window:  # this window's files are those that arrived in it
             bound = [s.for_window(start.timestamp(), end.timestamp(), templated=False) for s in cfg.streams]
             cfg = replace(cfg, streams=tuple(bound))
-        wp = plan_window(cfg, start.timestamp(), end.timestamp(), (end + self._offset(context)).timestamp())
+        deadline = (end + self._offset(context)).timestamp()
+        # Registered before it plans: the other queries on its cluster plan with it from now on.
+        register_on_cluster(cfg, start.timestamp(), end.timestamp(), deadline)
+        wp = plan_window(cfg, start.timestamp(), end.timestamp(), deadline)
         self.log.info("plan\n%s", format_window_plan(wp))
         path = store_plan(wp)
         context["ti"].xcom_push(key="plan", value=wp.to_dict())

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.paths import check_name
 from airflow_iqp.store.layout import COST_HISTORY, query_key
-from airflow_iqp.store.window import QueryState, WindowState
+from airflow_iqp.store.window import ClusterState, QueryState, WindowState
 
 
 class Turns(abc.ABC):
@@ -136,6 +136,10 @@ class StateStore(abc.ABC):
     def query(self, query_id: str) -> QueryState:
         """What the store keeps of one query across its windows."""
         return QueryState(self, query_key(query_id))
+
+    def cluster(self, name: str) -> ClusterState:
+        """The registry of the queries on the cluster named ``name`` (joint planning)."""
+        return ClusterState(self, name)
 
     def record_cost(self, *, query: str, kind: str, units: int, batches: int, wall_seconds: float,
                     cpu_seconds: float | None = None, task_seconds: float | None = None,

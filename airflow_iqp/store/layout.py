@@ -12,6 +12,8 @@ from airflow_iqp.paths import check_name
 #: The documents and directories of the layout, by meaning.
 QUERY_FILE = "query.json"
 COST_HISTORY = "cost_history.jsonl"
+#: The named clusters' registries: ``_clusters/<cluster>/<query>.json``.
+CLUSTERS = "_clusters"
 BATCH_PREFIX = "batch-"
 WINDOW_DOCS = ("plan", "replan", "report", "late", "arrivals", "deadline_risk", "seen")
 

@@ -13,7 +13,32 @@ from typing import Any, Iterable
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.paths import check_name
-from airflow_iqp.store.layout import BATCH_PREFIX, QUERY_FILE, WINDOW_DOCS, ClaimError, batch_name, batch_of
+from airflow_iqp.store.layout import BATCH_PREFIX, CLUSTERS, QUERY_FILE, WINDOW_DOCS, ClaimError, batch_name, batch_of, query_key
+
+
+class ClusterState:
+    """The queries registered on one named cluster (:meth:`StateStore.cluster`): each plan
+    task registers its query with what joint planning needs of it, and reads the others'.
+
+    One document per query, replaced at every window: the newest registration holds."""
+
+    def __init__(self, store, name: str) -> None:
+        self.store, self.name = store, check_name(name, "backend.cluster")
+
+    def _key(self, query_id: str) -> str:
+        return f"{CLUSTERS}/{self.name}/{query_key(query_id)}.json"
+
+    def register(self, query_id: str, doc: dict, now: float | None = None) -> str:
+        """Register (again) ``query_id`` on this cluster with ``doc``; where it is."""
+        rec = {**doc, "query": query_key(query_id), "cluster": self.name,
+               "registered_at": time.time() if now is None else now}
+        return self.store.put(self._key(query_id), rec)
+
+    def members(self) -> dict[str, dict]:
+        """Every registered query's newest registration, by query id."""
+        names = [n for n in self.store.names(f"{CLUSTERS}/{self.name}") if n.endswith(".json")]
+        docs = self.store.get_many([f"{CLUSTERS}/{self.name}/{n}" for n in names])
+        return {doc["query"]: doc for doc in docs.values() if isinstance(doc, dict) and doc.get("query")}
 
 
 class QueryState:

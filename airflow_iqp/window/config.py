@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from airflow_iqp import options
 from airflow_iqp.backends.base import Backend
 from airflow_iqp.errors import ConfigError
+from airflow_iqp.paths import check_name
 from airflow_iqp.planning.models import cost_model_from_dict, final_agg_from_dict, scaled
 from airflow_iqp.streams import Stream, as_streams
 
@@ -49,7 +50,7 @@ class QueryConfig:
     lateness: float = _ARRIVAL.lateness           #: Arrival.lateness
     cost_hint: dict | None = _PLAN.cost_hint           #: Cut.cost_hint (None: the backend's default)
     final_agg_hint: dict | None = _PLAN.final_agg_hint  #: Cut.final_agg_hint (None: the backend's default)
-    cost_scale: float = _PLAN.cost_scale          #: Cut.cost_scale (:func:`scaled`)
+    cost_scale: float | None = _PLAN.cost_scale   #: Cut.cost_scale (:func:`scaled`; None: learned)
     #: "plan" (Algorithm1), "dynamic" (MinBatches, section 4), or "one_batch" (OneBatch)
     mode: str = _PLAN.mode
     margin: float = _PLAN.margin                  #: Algorithm1.margin
@@ -62,7 +63,8 @@ class QueryConfig:
     max_batches: int = _MIN.max_batches           #: MinBatches.max_batches
     backend: str = Backend.default_name           #: a backend's name (airflow_iqp.backends.BACKENDS)
     fuse_tail: bool = _BACKEND["fuse_tail"]       #: Backend.fuse_tail
-    dispatch: float = _BACKEND["dispatch"]        #: Backend.dispatch
+    dispatch: float | None = _BACKEND["dispatch"]  #: Backend.dispatch (None: learned)
+    cluster: str | None = _BACKEND["cluster"]     #: Backend.cluster (joint planning through the store)
 
     def __post_init__(self):
         object.__setattr__(self, "streams", as_streams(self.streams))  # none declared: a ConfigError
@@ -74,8 +76,10 @@ class QueryConfig:
         backend = Backend.named(self.backend, "backend")
         if self.mode not in MODES:
             raise ConfigError(f"must be one of {', '.join(MODES)}, got {self.mode!r}", "mode")
-        if not self.dispatch >= 0:
+        if self.dispatch is not None and not self.dispatch >= 0:
             raise ConfigError(f"must be >= 0 seconds, got {self.dispatch!r}", "dispatch")
+        if self.cluster is not None:
+            check_name(self.cluster, "cluster")
         if not self.margin >= 0:
             raise ConfigError(f"must be >= 0 seconds, got {self.margin!r}", "margin")
         if not self.ahead >= 0:
@@ -88,7 +92,7 @@ class QueryConfig:
             raise ConfigError("give shares (plan with the other queries' work) or ahead (a fixed reservation "
                               "after the window's end), not both", "ahead")
         scaled(cost_model_from_dict(self.cost_hint or backend.default_cost, "cost_hint"),
-               self.cost_scale)  # checks cost_scale too
+               1.0 if self.cost_scale is None else self.cost_scale)  # checks cost_scale too
         if self.final_agg_hint is not None:
             final_agg_from_dict(self.final_agg_hint, "final_agg_hint")
 

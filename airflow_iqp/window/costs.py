@@ -12,6 +12,7 @@ from airflow_iqp.planning.models import (
     CostModel, FinalAggCost, LinearCost, LinearFinalAgg, PiecewiseLinearFinalAgg, cost_model_from_dict,
     final_agg_from_dict, fit_piecewise_linear, plus_fixed, scaled,
 )
+from airflow_iqp.planning.margins import Margins, learn_margins
 from airflow_iqp.landing import list_units
 from airflow_iqp.store import open_store
 from airflow_iqp.window.batch import Batch
@@ -87,6 +88,48 @@ def _overhead(cost: CostModel) -> float:
     return getattr(cost, "overhead", getattr(cost, "per_batch", 0.0))  # piecewise or linear
 
 
+#: How many of a query's newest windows the learned margins read its batches from.
+MARGIN_WINDOWS = 10
+
+
+def margins(cfg: QueryConfig) -> Margins:
+    """The margins a window is planned with (:mod:`airflow_iqp.planning.margins`): ``cost_scale``
+    and ``dispatch`` where given; else learned from the batches of this query's last
+    :data:`MARGIN_WINDOWS` windows on its backend, and of the other queries registered on
+    its cluster (``cfg.cluster``) on that backend, each measured from claim to written
+    partial against what its query's cost model (before margins) gives for its units.
+    Before there are enough such batches: a scale of 1 and no dispatch."""
+    if cfg.cost_scale is not None and cfg.dispatch is not None:
+        return Margins(scale=cfg.cost_scale, dispatch=cfg.dispatch)
+    samples: list[tuple[float, float]] = []
+    for c in _cluster_configs(cfg):
+        model = _batch_model(c)[0]
+        records = [r for r in open_store(c.state_dir).cost_history(c.query, "batch", c.backend)
+                   if r.get(SPAN) is not None and r["units"] >= 1 and r.get("window")]
+        newest = set(sorted({r["window"] for r in records})[-MARGIN_WINDOWS:])
+        samples += [(model.cost(r["units"]), r[SPAN]) for r in records if r["window"] in newest]
+    return learn_margins(samples, scale=cfg.cost_scale, dispatch=cfg.dispatch)
+
+
+def _cluster_configs(cfg: QueryConfig) -> list[QueryConfig]:
+    """This query's settings, and those the other queries on its cluster and backend registered."""
+    out = [cfg]
+    if cfg.cluster:
+        for q, doc in open_store(cfg.state_dir).cluster(cfg.cluster).members().items():
+            if q != cfg.query.lower() and doc.get("backend") == cfg.backend and doc.get("config"):
+                out.append(QueryConfig.from_dict({**doc["config"], "cluster": None, "shares": {}}))
+    return out
+
+
+def with_margins(cfg: QueryConfig) -> tuple[QueryConfig, str]:
+    """``cfg`` with its margins (:func:`margins`) in place of the ones left to learn, and
+    what they are, for the plan's log (empty when both were given, or none were learned)."""
+    if cfg.cost_scale is not None and cfg.dispatch is not None:
+        return cfg, ""
+    m = margins(cfg)
+    return replace(cfg, cost_scale=m.scale, dispatch=m.dispatch), f"; margins: {m.describe()}" if m.samples else ""
+
+
 def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
     """The cost models to plan with, and where they came from.
 
@@ -94,9 +137,13 @@ def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
     (``airflow-iqp calibrate``: end-to-end seconds of its jobs); a fit to the cost history,
     what this query's batches and merges took on this backend from claim to written output
     (:mod:`airflow_iqp.spark.jobmetrics`); the configured hints; the backend's built-in
-    default (:attr:`~airflow_iqp.backends.base.Backend.default_cost`). ``dispatch`` is added only
-    to the models that leave Airflow's part out: a calibrated fit and a hint.
+    default (:attr:`~airflow_iqp.backends.base.Backend.default_cost`). Then the margins
+    (:func:`margins`): every cost times the scale; a given ``dispatch`` is added only to
+    the models that leave Airflow's part out, a calibrated fit and a hint, and a learned
+    one, measured against whichever model is in use, to every batch.
     """
+    learned = cfg.dispatch is None
+    cfg, margin_source = with_margins(cfg)
     cost, cost_source, cost_dispatch = _batch_model(cfg)
     agg, agg_source, agg_dispatch = _merge_model(cfg)
     source = cost_source if cost_source == agg_source else f"{cost_source}; {agg_source}"
@@ -104,7 +151,8 @@ def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
     agg = replace(agg, merge_single=True)
     if cfg.cost_scale != 1:
         cost, agg = scaled(cost, cfg.cost_scale), scaled(agg, cfg.cost_scale)
-        source += f"; costs x {cfg.cost_scale:g} (cost_scale)"
+        if not margin_source:
+            source += f"; costs x {cfg.cost_scale:g} (cost_scale)"
     if cfg.fuse_tail and Backend.named(cfg.backend).job_startup:
         # The merge runs in the last batch's job: it does not start a JVM of its own.
         # (On Spark Connect both run on one open session either way: nothing is shared.)
@@ -112,12 +160,13 @@ def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
         source += f"; fused tail: the merge shares the last batch's start-up ({agg.shared_startup:.1f} s)"
     # Every batch is a task Airflow starts after its input is claimed, and so is the final
     # task, unless it runs the last batch (a fused tail), whose start the batch already paid.
-    if cfg.dispatch and cost_dispatch:
+    if cfg.dispatch and (cost_dispatch or learned):
         cost = plus_fixed(cost, cfg.dispatch)
-        source += f"; {cfg.dispatch:g} s of task dispatch per batch"
+        if not margin_source:
+            source += f"; {cfg.dispatch:g} s of task dispatch per batch"
     if cfg.dispatch and agg_dispatch and not cfg.fuse_tail:
         agg = plus_fixed(agg, cfg.dispatch)
-    return cost, agg, source
+    return cost, agg, source + margin_source
 
 
 def tail_startup(cfg: QueryConfig, cost: CostModel) -> float:
@@ -128,7 +177,7 @@ def tail_startup(cfg: QueryConfig, cost: CostModel) -> float:
     fused tail."""
     if not cfg.fuse_tail:
         return 0.0
-    return _overhead(cost) if Backend.named(cfg.backend).job_startup else cfg.dispatch
+    return _overhead(cost) if Backend.named(cfg.backend).job_startup else with_margins(cfg)[0].dispatch
 
 
 #: A cost-history record's seconds from claim to written output

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 
 from airflow_iqp.errors import ConfigError
@@ -13,11 +13,11 @@ from airflow_iqp.planning.planner import IDLE, Plan, executed
 from airflow_iqp.planning.report import format_plan
 from airflow_iqp.planning.spec import PlanSpec
 from airflow_iqp.landing import list_units
-from airflow_iqp.store import open_store
+from airflow_iqp.store import open_store, query_key
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig, clock, window_id
 from airflow_iqp.window.costs import (
-    arrival_offsets_hint, cost_models, expected_units, observed_offsets, tail_startup,
+    arrival_offsets_hint, cost_models, expected_units, observed_offsets, tail_startup, with_margins,
 )
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ class WindowPlan:
     #: The settings it was planned with (``QueryConfig.to_dict``): a claim plans the rest of
     #: the window again when the models they give have changed since (a newer cost history).
     config: dict | None = None
+    #: The queries due earlier on the same cluster that this window was planned after.
+    planned_after: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k not in ("plan", "batches")}
@@ -75,26 +77,27 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
                           f"({deadline - window_end:g} s after the window's end); give less, or a later deadline",
                           "ahead")
     busy, shared = IDLE, ""
-    if cfg.shares and not backfill:
-        # Joint planning: the queries due before this one, earliest deadline first, each in
-        # the executor time the ones before it leave; this window gets what is left.
-        own = (deadline - window_end, cfg.query)
-        before = sorted((off, q) for q, off in cfg.shares.items() if q != cfg.query and (off, q) < own)
+    # Joint planning: the queries due before this one on its cluster, earliest deadline
+    # first, each in the executor time the ones before it leave; this window gets what is left.
+    before = [] if backfill else planned_before(cfg, window_start, window_end, deadline)
+    if before:
         # Whole batches: the cluster gate (cluster_turn) runs one batch at a time and takes
         # none back, so a batch planned across another query's turn would wait for a gap.
         busy = Busy(whole=True)
-        for off, q in before:
-            other, *_ = _plan(replace(cfg, query=q, shares={}), length, window_end - window_start + off, False, 0.0,
-                              busy)
-            busy = busy.plus(executed(other, busy))
-        shared = (f"; planned after {', '.join(q for _o, q in before)} on the same cluster "
-                  f"({sum(e - s for s, e in busy.intervals):.1f} s of theirs)" if before else "")
+        for off, _q, other in before:
+            theirs, *_ = _plan(other, length, length + off, False, 0.0, busy)
+            busy = busy.plus(executed(theirs, busy))
+        where = f"cluster {cfg.cluster}'s registry" if not cfg.shares else "shares"
+        shared = (f"; planned after {', '.join(q for _o, q, _c in before)} on the same cluster, from {where} "
+                  f"({sum(e - s for s, e in busy.intervals):.1f} s of theirs)")
     # Queries due earlier have the cluster for ``ahead`` seconds after the window's end: this
     # window's work after its end gets what is left of the deadline.
     rel_deadline = deadline - window_start - cfg.ahead
     plan, models, cost, agg, spec = _plan(cfg, length, rel_deadline, backfill, now - window_start, busy)
     models += shared + estimate
-    batches = batch_entries(cfg, plan, window_start, window_end, deadline, backfill, known or backfill)
+    # The entries carry the scale planned with (learned, or given) for what expects their costs.
+    batches = batch_entries(with_margins(cfg)[0], plan, window_start, window_end, deadline, backfill,
+                            known or backfill)
     if cfg.mode == "dynamic" and not backfill:
         batches = _dynamic_entries(cfg, batches)
     elif not known and not backfill and cfg.mode == "plan":
@@ -103,7 +106,51 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
                       window_start=window_start,
                       window_end=window_end, deadline=deadline, planned_at=now, plan=plan, batches=batches,
                       backfill=backfill, models=models, cost_model=_json_model(cost),
-                      final_agg_model=_json_model(agg), spec=_json_model(spec), config=cfg.to_dict())
+                      final_agg_model=_json_model(agg), spec=_json_model(spec), config=cfg.to_dict(),
+                      planned_after=[q for _o, q, _c in before])
+
+
+#: A query on a cluster's registry is planned with while its newest registration is from a
+#: window at most this many windows before the one planned: a query whose plan task has not
+#: run since (its DAG paused or removed) is taken as gone.
+REGISTRY_WINDOWS = 2
+
+
+def register_on_cluster(cfg: QueryConfig, window_start: float, window_end: float, deadline: float,
+                        now: float | None = None) -> str | None:
+    """Register the query on its cluster (``cfg.cluster``) with this window's settings, for
+    the plans of the other queries on it; where it is (None: no cluster named)."""
+    if not cfg.cluster:
+        return None
+    doc = {"backend": cfg.backend, "window_start": window_start, "window_length": window_end - window_start,
+           "deadline_offset": deadline - window_end, "config": cfg.to_dict()}
+    return open_store(cfg.state_dir).cluster(cfg.cluster).register(cfg.query, doc, now)
+
+
+def planned_before(cfg: QueryConfig, window_start: float, window_end: float,
+                   deadline: float) -> list[tuple[float, str, QueryConfig]]:
+    """The queries this window is planned after, earliest deadline first, as (deadline offset,
+    query, settings): those due before it on its cluster. With ``shares``, the ones it names,
+    with this query's other settings; else those on the cluster's registry with the same
+    backend and window length, each with its own settings, as its newest plan registered them."""
+    length = window_end - window_start
+    if cfg.shares:
+        others = [(off, q, replace(cfg, query=q, shares={}, cluster=None)) for q, off in cfg.shares.items()]
+    elif cfg.cluster:
+        others = []
+        for q, doc in open_store(cfg.state_dir).cluster(cfg.cluster).members().items():
+            if (doc.get("backend") != cfg.backend or abs(doc["window_length"] - length) > 1e-6
+                    or doc["window_start"] < window_start - REGISTRY_WINDOWS * length):
+                continue
+            other = QueryConfig.from_dict({**doc["config"], "shares": {}, "ahead": 0.0, "cluster": None})
+            if other.units is None:
+                other = replace(other, units=expected_units(other, length)[0])
+            others.append((float(doc["deadline_offset"]), q, other))
+    else:
+        return []
+    own = (deadline - window_end, query_key(cfg.query))
+    return sorted(((off, q, c) for off, q, c in others if query_key(q) != own[1] and (off, query_key(q)) < own),
+                  key=lambda o: (o[0], o[1]))
 
 
 def _json_model(model) -> dict | None:

@@ -61,7 +61,7 @@ def fresh_models(batch: Batch) -> Models | None:
     if doc is None:
         return None
     settings = doc.get("config")
-    if (not settings or doc.get("backfill") or settings.get("shares") or settings.get("ahead")
+    if (not settings or doc.get("backfill") or settings.get("shares") or settings.get("ahead") or doc.get("planned_after")
             or (doc.get("spec") or {}).get("method") not in ALGORITHM1):
         return None
     cost, agg, source = cost_models(QueryConfig.from_dict(settings))

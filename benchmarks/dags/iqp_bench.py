@@ -4,9 +4,10 @@ Configured by environment (the benchmark sets it): IQP_QUERIES (comma-separated 
 IQP_BACKEND, IQP_LANDING, IQP_STATIC, IQP_UNITS, IQP_WINDOW_S, IQP_ANCHOR / IQP_END (ISO
 times: the one window), IQP_DEADLINES (JSON: query -> seconds after the window's end),
 IQP_MARGIN (seconds), IQP_MODE ("plan" or "one_batch"), IQP_FUSE_TAIL ("1": the final task
-runs the last batch), IQP_DISPATCH (seconds), IQP_TAIL_SLOTS, IQP_TAIL_LEAD (JSON: query ->
-seconds), IQP_SHARES ("1": plan jointly with the other queries, their deadlines IQP_DEADLINES),
-IQP_COST_SCALE (planned costs over calibrated ones).
+runs the last batch), IQP_DISPATCH (seconds; unset: learned), IQP_TAIL_SLOTS, IQP_TAIL_LEAD
+(JSON: query -> seconds), IQP_SHARES ("1": plan jointly with the other queries, their
+deadlines IQP_DEADLINES), IQP_CLUSTER (a cluster's name: plan jointly through the store's
+registry instead), IQP_COST_SCALE (planned costs over calibrated ones; unset: learned).
 Cost models come from the calibrated fits in the state directory.
 
 ``benchmarks/single_query_sweep.py`` runs many windows one after another in one Airflow:
@@ -25,8 +26,13 @@ from airflow_iqp.options import Alerts, Algorithm1, Arrival, OneBatch
 
 
 
+def _seconds(name: str) -> float | None:
+    """A setting the environment may leave unset: then the provider learns it."""
+    return float(os.environ[name]) if os.environ.get(name) else None
+
+
 def _cut(mode: str, shares: dict | None = None):
-    cost_scale = float(os.environ.get("IQP_COST_SCALE", "1"))
+    cost_scale = _seconds("IQP_COST_SCALE")
     if mode == "one_batch":
         return OneBatch(cost_scale=cost_scale)
     return Algorithm1(margin=float(os.environ.get("IQP_MARGIN", "10")), cost_scale=cost_scale, shares=shares)
@@ -35,7 +41,7 @@ def _cut(mode: str, shares: dict | None = None):
 def _backend(tail_lead: float | None):
     spark = SparkConnect if os.environ["IQP_BACKEND"] == "spark-connect" else SparkSubmit
     return spark(retries=0, fuse_tail=os.environ.get("IQP_FUSE_TAIL") == "1", tail_lead=tail_lead,
-                 dispatch=float(os.environ.get("IQP_DISPATCH", "0")),
+                 dispatch=_seconds("IQP_DISPATCH"), cluster=os.environ.get("IQP_CLUSTER") or None,
                  tail_slots=int(os.environ.get("IQP_TAIL_SLOTS", "0")))
 
 

@@ -213,3 +213,42 @@ def test_a_query_id_in_capitals_finds_its_own_history_and_arrivals(tmp_path):
     assert observed_offsets(replace(c, units=30, arrival="observed")) == [1.0] * 30
     store.record_cost(query="REVENUE", kind="batch", units=10, batches=1, wall_seconds=1.0, end_to_end_seconds=12.0)
     assert "1 batches of 10 units measured from claim to partial" in cost_models(c)[2]
+
+
+def test_margins_are_learned_from_the_last_windows_and_the_cluster_s_other_queries(tmp_path, monkeypatch):
+    """Batches that took 1.5 times their calibrated cost plus 2 s teach the plan about that
+    much (covering 90 % of them); given margins are kept; a query on the same cluster with
+    no history of its own learns from the others'."""
+    from airflow_iqp.window import costs
+    from airflow_iqp.window.plan import register_on_cluster
+
+    fit = {"kind": "linear", "per_unit": 0.1, "per_batch": 1.0}
+    c = replace(cfg(tmp_path), cluster="c1")
+    store = open_store(c.state_dir)
+    for q in ("cq2", "cq3"):
+        store.record_fit(query=q, backend=c.backend, cost=fit, final_agg={"kind": "linear", "base": 1.0})
+    model = cost_model_from_dict(fit)
+    for w in range(3):
+        for units, noise in ((10, 1.0), (40, 0.97), (80, 1.02), (120, 0.99)):
+            store.record_cost(query="cq2", kind="batch", units=units, batches=1, wall_seconds=1.0,
+                              window=window_id(START + 120 * w),
+                              end_to_end_seconds=(1.5 * model.cost(units) + 2.0) * noise)
+    m = costs.margins(c)
+    assert m.samples == 12 and m.covered >= 0.9
+    assert 1.3 <= m.scale <= 1.8 and 0.0 <= m.dispatch <= 3.5
+    cost, _agg, source = cost_models(c)
+    assert cost.cost(50) == pytest.approx(m.scale * model.cost(50) + m.dispatch)
+    assert f"margins: costs x {m.scale:.2f}" in source
+    # Given, they are kept: the calibrated cost as it is.
+    given = replace(c, cost_scale=1.0, dispatch=0.0)
+    assert cost_models(given)[0].cost(50) == pytest.approx(model.cost(50)) and "margins" not in cost_models(given)[2]
+    # Only the newest windows count.
+    monkeypatch.setattr(costs, "MARGIN_WINDOWS", 2)
+    assert costs.margins(c).samples == 8
+    monkeypatch.undo()
+    # cq3 has no batches of its own: alone it learns nothing; on cq2's cluster it learns from cq2's.
+    cq3 = replace(c, query="cq3")
+    assert costs.margins(replace(cq3, cluster=None)).samples == 0
+    assert costs.margins(cq3).samples == 0  # cq2 is not registered yet
+    register_on_cluster(c, START, START + 120, START + 200)
+    assert costs.margins(cq3) == m

@@ -408,3 +408,51 @@ def test_dynamic_mode_plans_with_the_default_hints(tmp_path):
     mb = wp.plan.extra["min_batch"]
     assert mb["bound_kept"] and 1 <= mb["size"] <= 120
     assert sum(e.units for e in wp.batches if not e.spare) == 120
+
+
+def test_queries_naming_a_cluster_are_planned_jointly_from_its_registry(tmp_path):
+    """``cluster=``: each plan reads the other queries registered on the cluster, with their
+    own settings, and plans after those due earlier, as ``shares`` does with this one's."""
+    from airflow_iqp.backends import SparkConnect, SparkSubmit
+    from airflow_iqp.window.plan import register_on_cluster
+
+    end = START + 240
+    offsets = {"cq1": 35.0, "cq2": 45.0}
+    hint = {"cost_hint": {"kind": "linear", "per_unit": 0.1, "per_batch": 5}, "margin": 0.0,
+            "final_agg_hint": {"kind": "linear", "base": 2, "per_batch": 0.5}}
+    shared = {q: plan_window(cfg(tmp_path, query=q, shares=offsets, **hint), START, end, end + offsets[q], now=START)
+              for q in offsets}
+    # Nothing registered yet: cq2 plans as if alone.
+    alone = plan_window(cfg(tmp_path, query="cq2", cluster="c1", **hint), START, end, end + 45, now=START)
+    assert alone.planned_after == [] and "planned after" not in alone.models
+    for q in offsets:
+        register_on_cluster(cfg(tmp_path, query=q, cluster="c1", **hint), START, end, end + offsets[q])
+    joint = {q: plan_window(cfg(tmp_path, query=q, cluster="c1", **hint), START, end, end + offsets[q], now=START)
+             for q in offsets}
+    assert joint["cq1"].planned_after == [] and joint["cq1"].plan.to_dict() == shared["cq1"].plan.to_dict()
+    assert joint["cq2"].planned_after == ["cq1"] and "from cluster c1's registry" in joint["cq2"].models
+    assert joint["cq2"].plan.to_dict() == shared["cq2"].plan.to_dict()
+    assert open_store(tmp_path / "state").window("cq2", window_id(START)).doc("plan") is None  # planning stores nothing
+
+    # Each member is planned with its own settings: a slower cq1 leaves cq2 less time.
+    slow = {**hint, "cost_hint": {"kind": "linear", "per_unit": 0.1, "per_batch": 9}}
+    register_on_cluster(cfg(tmp_path, query="cq1", cluster="c1", **slow), START, end, end + 35)
+    slower = plan_window(cfg(tmp_path, query="cq2", cluster="c1", **hint), START, end, end + 45, now=START)
+    assert slower.plan.to_dict() != joint["cq2"].plan.to_dict()
+
+    # Not planned with: another backend, another window length, a registration two windows old.
+    for other in (dict(backend="spark-connect"), dict(length=120.0), dict(start=START - 3 * 240)):
+        store = tmp_path / f"state-{len(other)}-{sorted(other)[0]}"
+        c1 = cfg(tmp_path, query="cq1", cluster="c1", state_dir=str(store), backend=other.get("backend", "spark-submit"),
+                 **hint)
+        start = other.get("start", START)
+        register_on_cluster(c1, start, start + other.get("length", 240.0), start + other.get("length", 240.0) + 35)
+        wp = plan_window(cfg(tmp_path, query="cq2", cluster="c1", state_dir=str(store), **hint), START, end, end + 45,
+                         now=START)
+        assert wp.planned_after == [], other
+    # The cluster names a directory of the store: a bad name is refused where it is given.
+    with pytest.raises(ConfigError, match="cluster"):
+        cfg(tmp_path, cluster="../c1")
+    with pytest.raises(ConfigError, match="backend.cluster"):
+        SparkSubmit(cluster="a/b")
+    assert SparkConnect(cluster="c1").query_config()["cluster"] == "c1"
