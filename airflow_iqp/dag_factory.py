@@ -38,7 +38,7 @@ before them (``Algorithm1(ahead=...)`` or ``Algorithm1(shares=...)``).
 from __future__ import annotations
 
 import datetime as dt
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import pendulum
 from airflow.sdk import DAG, XComArg, task_group
@@ -147,17 +147,8 @@ def iqp_dag(*, sql: str | None = None, name: str | None = None, query: str | Que
             streams=[st.to_dict() for st in stream_list], per_window=per_window,
             arrival=arrival, cut=cut, backend=backend, on_deadline_risk=alerts.on_risk,
             retries=backend.retries, retry_delay=dt.timedelta(seconds=5))
-        spark = {**backend.task_kwargs(), "backend": backend, "retry_delay": dt.timedelta(seconds=5)}
-        # Where every batch takes a turn on the cluster, the mapped ones do too; a batch that
-        # would hold its turn through its JVM's start leaves the turns to fused tails.
-        turns = {"slots": backend.tail_slots} if backend.mapped_batches_take_turns else {}
-
-        @task_group(group_id="batch")
-        def batch(entry):
-            wait = BatchReadySensor(task_id="wait", batch=entry, map_index_template=BATCH_LABEL)
-            submit = BatchOperator(task_id="submit", batch=entry, map_index_template=BATCH_LABEL, **spark, **turns)
-            wait >> submit
-
+        spark = _spark_kwargs(backend)
+        batch = _batch_group(backend)
         tail = XComArg(plan, key="tail") if backend.fuse_tail else None
         final = FinalOperator(task_id="final", query=query, plan=plan.output, tail=tail,
                               tail_slots=backend.tail_slots, state_dir=state_dir, **spark)
@@ -169,6 +160,117 @@ def iqp_dag(*, sql: str | None = None, name: str | None = None, query: str | Que
         if backend.fuse_tail:
             BatchReadySensor(task_id="tail_wait", batch=tail, claim=False) >> final
     return dag
+
+
+def iqp_group(*, name: str, queries: Mapping[str, str | Query] | Sequence[str | Query],
+              streams: str | Mapping, static: str | Mapping | None = None, window: dt.timedelta,
+              deadline_offset: dt.timedelta | Mapping[str, dt.timedelta], arrival: Arrival = Arrival(),
+              cut: Cut = Algorithm1(), backend: Backend = SparkSubmit(), alerts: Alerts = Alerts(),
+              state_dir: str | None = None, anchor: dt.datetime | None = None, **dag_kwargs) -> DAG:
+    """Build one DAG for several queries over the same streams: shared batches, a final task per query.
+
+    Each batch is one Spark job that reads its units once and writes one partial per query;
+    each query has its own ``final_<query>`` task, result, Asset, deadline and Deadline
+    Alert. The batches are planned once, for every query's work with one start-up, against
+    the earliest deadline. Each query is planned on its own too: when that would cost less
+    (their deadlines far apart) or meet a deadline that sharing misses, the plan task says so
+    and why, before any data moves, and which queries to give DAGs of their own
+    (:func:`airflow_iqp.window.group.plan_group`); the batches stay shared, since every
+    final task waits for them.
+
+    :param name: the group's id: the DAG is ``iqp_<name>``, and its shared batches' claims
+        are in its state.
+    :param queries: the queries: id -> SQL text (or a :class:`~airflow_iqp.query.Query`), or
+        a list of catalogued ids (or Queries).
+    :param deadline_offset: each query's result is due this long after the window's end: one
+        for all, or query id -> offset.
+    :param streams: static: window: arrival: cut: backend: alerts: state_dir: anchor: as
+        for :func:`iqp_dag`; ``backend`` without ``fuse_tail``, ``arrival`` without
+        ``late="merge"``.
+    """
+    from airflow_iqp.deadlines import window_deadline_alert
+
+    check_query_id(name)
+    arrival = expect(arrival, Arrival, "arrival", "Arrival(...)")
+    cut = expect(cut, Cut, "cut", "Algorithm1(...), MinBatches(...) or OneBatch()")
+    backend = expect(backend, Backend, "backend", typed_choices())
+    alerts = expect(alerts, Alerts, "alerts", "Alerts(...)")
+    if backend.fuse_tail:
+        raise ConfigError("a group's last batch is shared by its queries and runs as a mapped batch: give "
+                          "fuse_tail=False", "backend.fuse_tail")
+    if arrival.late == "merge":
+        raise ConfigError("a group records late units (late='record'); merge them with one DAG per query",
+                          "arrival.late")
+    if not queries:
+        raise ConfigError("give the group's queries: {'id': 'SELECT ...', ...} or ['cq1', 'q6', ...]", "queries")
+    given = queries.items() if isinstance(queries, Mapping) else [(None, q) for q in queries]
+    members: dict[str, Query] = {}
+    stream_list, landing = None, None
+    for qid, q in given:
+        sql = q if isinstance(q, str) and qid is not None else None
+        query, read, where = _query_and_streams(None if sql else q, sql, qid if sql else None, streams, static,
+                                                isinstance(cut, OneBatch))
+        if query.single_batch and not isinstance(cut, OneBatch):
+            raise ConfigError(f"query {query.id} cannot be split: run the group with cut=OneBatch()", "cut")
+        if query.id in members or query.id.lower() == name.lower():
+            raise ConfigError(f"query id {query.id} is given twice (the group's own id counts)", "queries")
+        members[query.id] = query
+        if stream_list is None or len(read) > len(stream_list):
+            stream_list, landing = read, where
+    offsets = ({q: deadline_offset for q in members} if isinstance(deadline_offset, dt.timedelta)
+               else dict(deadline_offset))
+    missing = sorted(set(members) - set(offsets))
+    if missing:
+        raise ConfigError(f"no deadline for {', '.join(missing)}: give deadline_offset={{'{missing[0]}': ...}}",
+                          "deadline_offset")
+    first = min(offsets[q] for q in members)
+    if alerts.deadline:  # each query's own: its alert says whether its result was on time
+        dag_kwargs["deadline"] = [window_deadline_alert(offsets[q], alerts.on_miss, name=f"iqp-window-deadline-{q}",
+                                                        query=q, member_of=name, state_dir=state_dir)
+                                   for q in members]
+    dag_kwargs.setdefault("catchup", False)
+    with DAG(
+        dag_id=dag_kwargs.pop("dag_id", None) or f"iqp_{name}",
+        schedule=WindowTimetable(window=window, deadline_offset=first, anchor=anchor),
+        start_date=dag_kwargs.pop("start_date", None) or anchor or pendulum.datetime(2026, 1, 1, tz="UTC"),
+        tags=("iqp", name, *members, *dag_kwargs.pop("tags", ())),
+        doc_md=f"Group **{name}**: queries {', '.join(members)} over the same streams, windows of {window}; "
+               f"shared batches, a final task per query.",
+        **dag_kwargs,
+    ) as dag:
+        plan = BatchPlanOperator(
+            task_id="plan", query=name, landing=landing, static=static, state_dir=state_dir,
+            streams=[st.to_dict() for st in stream_list], per_window=True if isinstance(streams, str) else None,
+            arrival=arrival, cut=cut, backend=backend, on_deadline_risk=alerts.on_risk, members=members,
+            deadlines={q: offsets[q] for q in members}, retries=backend.retries, retry_delay=dt.timedelta(seconds=5))
+        spark = _spark_kwargs(backend)
+        batches = _batch_group(backend).expand(entry=plan.output)
+        for q in members:
+            batches >> FinalOperator(task_id=f"final_{q}", query=q, plan=plan.output, group=name,
+                                     deadline_offset=offsets[q], state_dir=state_dir, **spark)
+    return dag
+
+
+def _spark_kwargs(backend: Backend) -> dict:
+    """What every batch and final task of a DAG on ``backend`` takes."""
+    return {**backend.task_kwargs(), "backend": backend, "retry_delay": dt.timedelta(seconds=5)}
+
+
+def _batch_group(backend: Backend):
+    """The task group ``batch`` that a DAG maps over its plan entries: per batch, its wait
+    (deferred to the triggerer) and its Spark job."""
+    spark = _spark_kwargs(backend)
+    # Where every batch takes a turn on the cluster, the mapped ones do too; a batch that
+    # would hold its turn through its JVM's start leaves the turns to fused tails.
+    turns = {"slots": backend.tail_slots} if backend.mapped_batches_take_turns else {}
+
+    @task_group(group_id="batch")
+    def batch(entry):
+        wait = BatchReadySensor(task_id="wait", batch=entry, map_index_template=BATCH_LABEL)
+        submit = BatchOperator(task_id="submit", batch=entry, map_index_template=BATCH_LABEL, **spark, **turns)
+        wait >> submit
+
+    return batch
 
 
 def _query_and_streams(query, sql, name, streams, static, allow_single_batch):

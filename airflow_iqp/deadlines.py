@@ -77,7 +77,8 @@ class WindowEndDeadline(BaseDeadlineReference):
 async def log_deadline_missed(context: dict | None = None, query: str | None = None, **kwargs: Any) -> None:
     """Default ``AsyncCallback`` target (runs in the triggerer): log it, and record it as JSON.
 
-    The record goes to the query's state in the store (``[iqp] state_dir``), by run id.
+    The record goes to the query's state in the store (``state_dir`` if given, else
+    ``[iqp] state_dir``), by run id.
     """
     from airflow_iqp import config
     from airflow_iqp.store import open_store
@@ -85,11 +86,33 @@ async def log_deadline_missed(context: dict | None = None, query: str | None = N
     context = context or {}
     dag_run = context.get("dag_run") or {}
     deadline = context.get("deadline") or {}
+    if kwargs.get("member_of") and query and _member_on_time(query, dag_run, kwargs["deadline_offset_s"],
+                                                             kwargs.get("state_dir")):
+        log.info("IQP group %s: query %s's result was complete by its deadline; the run goes on with the "
+                 "queries due later", kwargs["member_of"], query)
+        return
     record = {"query": query, "kwargs": kwargs, "dag_run": _jsonable(dag_run), "deadline": _jsonable(deadline)}
     log.warning("IQP deadline missed: %s", json.dumps(record, default=str))
     # the context's dag_run is the REST API's DAGRunResponse: the id is "dag_run_id"
     run_id = str(dag_run.get("dag_run_id", "unknown")).replace("/", "_").replace(":", "_")
-    open_store(config.state_dir()).query(query or "unknown").record_deadline_missed(run_id, record)
+    store = open_store(kwargs.get("state_dir") or config.state_dir())
+    store.query(query or "unknown").record_deadline_missed(run_id, record)
+
+
+def _member_on_time(query: str, dag_run: dict, offset_s: float, state_dir: str | None = None) -> bool:
+    """Whether ``query``'s result for the run's window was complete (its manifest written) by
+    the window's end plus ``offset_s``, in ``state_dir`` (default ``[iqp] state_dir``)."""
+    from airflow_iqp import config
+    from airflow_iqp.store import open_store
+    from airflow_iqp.window.config import window_id
+
+    try:
+        start = datetime.fromisoformat(str(dag_run["data_interval_start"]).replace("Z", "+00:00")).timestamp()
+        end = datetime.fromisoformat(str(dag_run["data_interval_end"]).replace("Z", "+00:00")).timestamp()
+    except (KeyError, ValueError):
+        return False
+    manifest = open_store(state_dir or config.state_dir()).window(query, window_id(start)).manifest() or {}
+    return manifest.get("written_at") is not None and manifest["written_at"] <= end + offset_s
 
 
 def _jsonable(value: Any) -> Any:
@@ -101,9 +124,16 @@ def _jsonable(value: Any) -> Any:
 
 def window_deadline_alert(
     deadline_offset: timedelta, callback: Any = None, name: str | None = "iqp-window-deadline",
-    query: str | None = None,
+    query: str | None = None, member_of: str | None = None, state_dir: str | None = None,
 ) -> DeadlineAlert:
-    """A ``DeadlineAlert`` at window end + ``deadline_offset`` (default callback: log and record it)."""
+    """A ``DeadlineAlert`` at window end + ``deadline_offset`` (default callback: log and record it).
+
+    ``member_of``: the group whose DAG holds ``query`` (``iqp_group``). Airflow raises a DAG's
+    alert while its run is unfinished, and a group's run goes on with the queries due later:
+    the default callback then records a miss only if ``query``'s own result (in ``state_dir``,
+    default ``[iqp] state_dir``) was not complete by its deadline."""
     if callback is None:
-        callback = AsyncCallback(log_deadline_missed, kwargs={"query": query})
+        extra = ({"member_of": member_of, "deadline_offset_s": deadline_offset.total_seconds(), "state_dir": state_dir}
+                 if member_of else {})
+        callback = AsyncCallback(log_deadline_missed, kwargs={"query": query, **extra})
     return DeadlineAlert(reference=WindowEndDeadline(), interval=deadline_offset, callback=callback, name=name)

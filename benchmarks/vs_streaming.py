@@ -14,7 +14,9 @@ mode). Runs:
   window (with one checkpoint), and once more after its end, SLA being the 1D deadline;
 * ``iqp_<f>D``: this project through Airflow (real scheduler, triggerer, LocalExecutor)
   with spark-submit, each query's deadline ``f`` times its D after the window's end;
-* ``iqp_connect_<f>D``: the same on a shared Spark Connect server.
+* ``iqp_connect_<f>D``: the same on a shared Spark Connect server;
+* ``iqp_group_<f>D``, ``iqp_group_connect_<f>D``: the same queries as one ``iqp_group`` DAG
+  whose batches they share (one job per batch for all of them), without a fused tail.
 
 D is a query's one-batch cost after the window's end on the same backend, as in the
 paper, on the same deployment: a reference run of this project through Airflow plans the
@@ -75,6 +77,7 @@ from airflow_iqp.query.catalogue import get_query  # noqa: E402
 from airflow_iqp.spark.submit import run_submit, submit_args  # noqa: E402
 from airflow_iqp.store import open_store  # noqa: E402
 from airflow_iqp.store.files import read_json  # noqa: E402
+from airflow_iqp.window.accounting import window_task_cpu  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 QUICK = {"queries": ["cq3"], "scale": 0.5, "units": 100,
@@ -369,8 +372,9 @@ def window_outcome(windows: dict, window_start: float, window_end: float, landed
     return out
 
 
-def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = False) -> dict:
-    """One run of this project through Airflow; a ``reference`` run is the one-batch run that measures D."""
+def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = False, group: bool = False) -> dict:
+    """One run of this project through Airflow; a ``reference`` run is the one-batch run that measures D;
+    a ``group`` run is one ``iqp_group`` DAG whose batches every query shares (no fused tail)."""
     from iqp_dev.local_airflow import airflow_env
 
     run_dir = ctx["work"] / name
@@ -393,8 +397,11 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
            "IQP_DEADLINES": json.dumps(offsets), "IQP_SHARES": "0" if reference else "1",
            "IQP_TAIL_LEAD": json.dumps({queries[0]: 0.0} if reference else queue_leads(offsets, backend)),
            **({"IQP_MODE": "one_batch"} if reference else {}),
+           # A group's batches are mapped tasks: on spark-submit they take no turns.
+           **({"IQP_GROUP": "1", "IQP_FUSE_TAIL": "0", **({"IQP_TAIL_SLOTS": "0"} if backend == "spark-submit" else {})}
+              if group else {}),
            "AIRFLOW__IQP__STATE_DIR": str(state)}
-    dag_ids = [f"bench_{q}" for q in queries]
+    dag_ids = ["iqp_bench_group"] if group else [f"bench_{q}" for q in queries]
     server = ctx["server"] if backend == "spark-connect" else None
     exclude = set() if server else ctx["server_pids"]
     with airflow_env(ROOT / "benchmarks" / "dags", extra_env=env, config=airflow_config(backend, reference)) as af:
@@ -419,6 +426,8 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
         server_cpu = (connect.server_cpu_seconds(server["pid"]) - server_cpu0) if server else 0.0
     wid = datetime.fromtimestamp(anchor, timezone.utc).strftime("%Y%m%dT%H%M%S")
     got = window_outcome({q: open_store(state).window(q, wid) for q in queries}, anchor, window_end, landed)
+    if group:  # the shared batches' tasks recorded their CPU with the group's window
+        got["task_cpu"] += window_task_cpu(open_store(state).window("bench_group", wid))["cpu_seconds"]
     correct = check_results(got["results"], ctx["refs"])
     deadlines = {q: window_end + offsets[q] for q in queries}
     return summarise(name, got["task_cpu"] + server_cpu, window_end, got["finished"], deadlines, rss.peak, correct,
@@ -676,8 +685,10 @@ def main(argv=None) -> int:
                 elif name == "availablenow_scheduled":
                     out[name] = run_scheduled(ctx)
                 elif name.startswith("iqp_"):
-                    backend = "spark-connect" if name.startswith("iqp_connect_") else "spark-submit"
-                    out[name] = run_iqp(ctx, name, backend, float(name.rsplit("_", 1)[1].rstrip("D")))
+                    group = name.startswith("iqp_group_")
+                    kind = name.removeprefix("iqp_group_" if group else "iqp_")
+                    backend = "spark-connect" if kind.startswith("connect_") else "spark-submit"
+                    out[name] = run_iqp(ctx, name, backend, float(name.rsplit("_", 1)[1].rstrip("D")), group=group)
                 else:
                     raise SystemExit(f"unknown run {name!r}")
             except Exception as exc:  # noqa: BLE001 - record and go on with the other runs

@@ -123,3 +123,48 @@ def test_the_backend_object_picks_the_operators_and_their_settings():
     assert dag.get_task("batch.submit").conf == dag.get_task("final").conf == {"spark.sql.shuffle.partitions": "4"}
     assert dag.get_task("batch.submit").backend == "spark-submit"
     assert "tail_wait" not in dag.task_ids and dag.get_task("plan").tail_lead == 15.0
+
+
+GROUP_SQL = {"revenue": "SELECT country, sum(amount) AS revenue FROM events GROUP BY country",
+             "buyers": "SELECT country, count(DISTINCT user_id) AS buyers FROM events GROUP BY country",
+             "basket": "SELECT country, avg(amount) AS basket FROM events GROUP BY country"}
+
+
+def test_a_group_is_one_dag_of_shared_batches_and_a_final_task_per_query():
+    from airflow_iqp.dag_factory import iqp_group
+
+    offsets = {"revenue": timedelta(minutes=2), "buyers": timedelta(minutes=3), "basket": timedelta(minutes=3)}
+    dag = iqp_group(name="shop", queries=GROUP_SQL, streams={"events": "/data/events"}, window=timedelta(minutes=10),
+                    deadline_offset=offsets, arrival=Arrival(units=10), backend=SparkConnect())
+    assert dag.dag_id == "iqp_shop" and dag.timetable.deadline_offset == timedelta(minutes=2)
+    plan = dag.get_task("plan")
+    assert plan.query == "shop" and set(plan.members) == set(GROUP_SQL)
+    assert plan.deadlines == offsets
+    for q in GROUP_SQL:
+        final = dag.get_task(f"final_{q}")
+        assert final.query == q and final.group == "shop" and final.deadline_offset == offsets[q]
+        assert [a.name for a in final.outlets] == [f"iqp_{q}_result"]
+        assert final.upstream_task_ids == {"plan", "batch.submit"}
+    # One Deadline Alert per query, at its own offset, whose default callback checks its own result.
+    alerts = {a.name: a for a in dag.deadline}
+    assert set(alerts) == {f"iqp-window-deadline-{q}" for q in GROUP_SQL}
+    assert alerts["iqp-window-deadline-buyers"].interval == offsets["buyers"]
+    assert alerts["iqp-window-deadline-buyers"].callback.kwargs["member_of"] == "shop"
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    (dict(backend=SparkSubmit(fuse_tail=True)), "backend.fuse_tail"),
+    (dict(arrival=Arrival(units=10, late="merge")), "arrival.late"),
+    (dict(deadline_offset={"revenue": timedelta(minutes=2)}), "deadline_offset"),
+    (dict(queries={**GROUP_SQL, "shop": "SELECT country, max(amount) AS m FROM events GROUP BY country"}),
+     "queries"),
+    (dict(queries={"median": "SELECT country, median(amount) AS m FROM events GROUP BY country"}), "sql"),
+])
+def test_a_group_refuses_what_it_cannot_do_naming_the_field(kwargs, field):
+    from airflow_iqp.dag_factory import iqp_group
+
+    args = dict(name="shop", queries=GROUP_SQL, streams={"events": "/data/events"}, window=timedelta(minutes=10),
+                deadline_offset=timedelta(minutes=2), arrival=Arrival(units=10))
+    with pytest.raises(ConfigError) as err:
+        iqp_group(**{**args, **kwargs})
+    assert err.value.field == field

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pendulum
 import pytest
@@ -112,3 +112,25 @@ def test_the_default_callback_copes_with_an_empty_context(tmp_path, monkeypatch)
     monkeypatch.setenv("AIRFLOW__IQP__STATE_DIR", str(tmp_path))
     asyncio.run(log_deadline_missed())
     assert [p.name for p in (tmp_path / "unknown" / "deadline_missed").iterdir()] == ["unknown.json"]
+
+
+def test_a_group_member_s_alert_records_a_miss_only_if_its_own_result_was_late(tmp_path, monkeypatch):
+    """A group's run goes on with the queries due later: the alert of a query whose result
+    was complete by its own deadline records nothing; one whose result was not, a miss."""
+    from airflow_iqp.store import open_store
+
+    monkeypatch.setenv("AIRFLOW__IQP__STATE_DIR", str(tmp_path / "default"))
+    state = tmp_path / "group"  # the group DAG's own state_dir
+    start, end = datetime(2024, 3, 1, tzinfo=timezone.utc), datetime(2024, 3, 1, 1, tzinfo=timezone.utc)
+    run = {"dag_run_id": "scheduled__2024-03-01T00:00:00+00:00", "data_interval_start": start.isoformat(),
+           "data_interval_end": end.isoformat()}
+    alert = window_deadline_alert(timedelta(minutes=10), query="revenue", member_of="shop", state_dir=str(state))
+    kwargs = {k: v for k, v in alert.callback.kwargs.items() if k != "query"}
+    assert kwargs == {"member_of": "shop", "deadline_offset_s": 600.0, "state_dir": str(state)}
+    store = open_store(state)
+    store.window("revenue", "20240301T000000").write_manifest({"written_at": end.timestamp() + 599})
+    store.window("buyers", "20240301T000000").write_manifest({"written_at": end.timestamp() + 601})
+    for query in ("revenue", "buyers", "basket"):  # on time, late, not written
+        asyncio.run(log_deadline_missed({"dag_run": run}, query=query, **kwargs))
+    missed = {q for q in ("revenue", "buyers", "basket") if (state / q / "deadline_missed").exists()}
+    assert missed == {"buyers", "basket"} and not (tmp_path / "default").exists()

@@ -83,7 +83,7 @@ class _ConnectRunner(Runner):
         from airflow_iqp.coordination import cluster_turn
         from airflow_iqp.spark.batch import batch_work, execute_batch
 
-        work = batch_work(ws, batch.index, batch.static or None)
+        work = batch_work(ws, batch.index, batch.static or None, members=batch.members)
         with self._hook().session(app_name) as spark, cluster_turn(batch, slots):
             execute_batch(spark, work, backend=self.backend.name)
 

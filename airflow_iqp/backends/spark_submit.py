@@ -81,7 +81,8 @@ class _SubmitRunner(Runner):
         from airflow_iqp.spark.submit import job_path
 
         # A directory of <table>.parquet travels with the work; a mapping of paths is in the saved query.
-        work = batch_work(ws, batch.index, batch.static if isinstance(batch.static, str) else None)
+        work = batch_work(ws, batch.index, batch.static if isinstance(batch.static, str) else None,
+                          members=batch.members)
         self._hook().submit(job_path("batch"), [*work_args(ws, work), "--backend", self.backend.name],
                             name=app_name)
 

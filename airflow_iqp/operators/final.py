@@ -16,6 +16,7 @@ from airflow_iqp.operators._backends import OnBackend
 from airflow_iqp.store import WindowState, batch_name
 from airflow_iqp.window import accounting
 from airflow_iqp.window.batch import Batch, batches_from
+from airflow_iqp.window.group import entries_of
 from airflow_iqp.window.replan import effective
 
 
@@ -56,6 +57,12 @@ class FinalOperator(OnBackend, BaseOperator):
     :param conn_id: the Spark connection (default as for :class:`~airflow_iqp.operators.batch.BatchOperator`).
     :param conf: Spark conf of the spark-submit; refused on Spark Connect.
     :param spark_kwargs: more arguments of the Spark provider's ``SparkSubmitHook`` (spark-submit only).
+    :param group: the group this query is a member of (``iqp_group``): its batches are the
+        plan entries shared with it, and before the merge the query takes
+        the group's claims of its shared batches as its own, so that the merge checks every
+        claimed unit against this query's partials.
+    :param deadline_offset: this query's own deadline after the window's end (default: the
+        plan entries', which in a group are the earliest member's).
     """
 
     template_fields: Sequence[str] = ("plan", "tail", "state_dir", "late")
@@ -64,7 +71,7 @@ class FinalOperator(OnBackend, BaseOperator):
     def __init__(self, *, query: str, plan: Any = None, tail: Any = None, state_dir: str | None = None,
                  tail_slots: int = 0, late: Any = None, backend: Any = "spark-submit", conn_id: str | None = None,
                  conf: Mapping[str, Any] | None = None, spark_kwargs: Mapping[str, Any] | None = None,
-                 **kwargs: Any) -> None:
+                 group: str | None = None, deadline_offset: Any = None, **kwargs: Any) -> None:
         if late is None:  # a late merge runs only after its sensor claimed something
             kwargs.setdefault("trigger_rule", TriggerRule.NONE_FAILED)
         kwargs.setdefault("outlets", [result_asset(query)])
@@ -75,6 +82,8 @@ class FinalOperator(OnBackend, BaseOperator):
         self.tail_slots = tail_slots
         self.late = late
         self.state_dir = state_dir or config.state_dir()
+        self.group = group
+        self.deadline_offset = deadline_offset
         self._use_backend(backend, conn_id, conf, spark_kwargs)
 
     def execute(self, context) -> dict:
@@ -84,6 +93,9 @@ class FinalOperator(OnBackend, BaseOperator):
         tail = Batch.from_dict(self.tail) if self.tail else None
         kind = "late" if late else "final"
         accounting.record_attempt(ws, kind, context["ti"])
+        if self.group and not late:  # the group's claims of its shared batches are this query's too
+            for index, claim in state.window(self.group, context["data_interval_start"].timestamp()).claims().items():
+                ws.adopt_claim(index, claim)
         self._runner.run_final(ws, tail=tail, tail_slots=self.tail_slots, late=late.index if late else None,
                                app_name=f"iqp-{kind}-{self.query}")
         if late:
@@ -99,6 +111,8 @@ class FinalOperator(OnBackend, BaseOperator):
 
     def _batches(self) -> list[Batch]:
         """Every batch of the window: the mapped ones, and the fused tail's (those it ran first too)."""
+        if self.group:
+            return entries_of(batches_from(self.plan), self.query)
         if not self.tail:
             return batches_from(self.plan)
         tail = Batch.from_dict(self.tail)
@@ -138,6 +152,8 @@ class FinalOperator(OnBackend, BaseOperator):
             accounting.record_arrivals(batches[0], start)
         # A backfilled window's deadline passed long ago; there is none to meet.
         deadline = batches[0].deadline_ts if batches and not batches[0].backfill else None
+        if deadline is not None and self.deadline_offset is not None:  # a group member's own
+            deadline = (context["data_interval_end"] + self.deadline_offset).timestamp()
         manifest["partial"] = bool(late["units"] or manifest.get("quarantined"))
         manifest["late_units"] = late["units"]
         # A batch retried past the deadline still ran: the result is written, marked late.

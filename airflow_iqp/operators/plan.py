@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from airflow.sdk import BaseOperator
 
@@ -20,6 +20,7 @@ from airflow_iqp.hooks.state import IQPStateHook
 from airflow_iqp.query.store import Saved
 from airflow_iqp.window.config import QueryConfig, clock
 from airflow_iqp.window.accounting import late_entry, record_task_cpu
+from airflow_iqp.window.group import plan_group
 from airflow_iqp.window.plan import format_window_plan, plan_window, register_on_cluster, store_plan
 from airflow_iqp.window.readiness import split_tail
 
@@ -58,8 +59,14 @@ class BatchPlanOperator(BaseOperator):
     def __init__(self, *, query: str | Query, landing: str, streams: Sequence[dict], static: str | dict | None = None,
                  per_window: bool | None = None, state_dir: str | None = None,
                  arrival: Arrival = Arrival(), cut: Cut = Algorithm1(), backend: Backend = SparkSubmit(),
-                 deadline_offset: dt.timedelta | None = None, on_deadline_risk: Any = None, **kwargs):
+                 deadline_offset: dt.timedelta | None = None, on_deadline_risk: Any = None,
+                 members: Mapping[str, Query] | None = None, deadlines: Mapping[str, dt.timedelta] | None = None,
+                 **kwargs):
         super().__init__(**kwargs)
+        # A group (``iqp_group``): ``query`` is the group's id, ``members`` its queries by id,
+        # each due ``deadlines[id]`` after the window's end.
+        self.members = dict(members or {})
+        self.deadlines = {m: (deadlines or {})[m] for m in self.members}
         arrival = expect(arrival, Arrival, "arrival", "Arrival(...)")
         cut = expect(cut, Cut, "cut", "Algorithm1(...), MinBatches(...) or OneBatch()")
         backend = expect(backend, Backend, "backend", typed_choices())
@@ -102,21 +109,32 @@ class BatchPlanOperator(BaseOperator):
                           static=self.static, streams=self.streams, **self.options)
         state = IQPStateHook(cfg.state_dir)
         # What the batch and final jobs run: saved with this window's plan, loaded by the jobs.
-        state.save_query(Saved(self.query_def or get_query(self.query), cfg.streams, cfg.static))
+        for q in self.members.values() or [self.query_def or get_query(self.query)]:
+            state.save_query(Saved(q, cfg.streams, cfg.static))
+        if self.members:
+            cfg = replace(cfg, members={m: off.total_seconds() for m, off in self.deadlines.items()})
         if not self.per_window:  # this window's files are those that arrived in it
             bound = [s.for_window(start.timestamp(), end.timestamp(), templated=False) for s in cfg.streams]
             cfg = replace(cfg, streams=tuple(bound))
         deadline = (end + self._offset(context)).timestamp()
-        # Registered before it plans: the other queries on its cluster plan with it from now on.
-        register_on_cluster(cfg, start.timestamp(), end.timestamp(), deadline)
-        wp = plan_window(cfg, start.timestamp(), end.timestamp(), deadline)
+        if self.members:  # shared batches, compared with each query apart
+            wp = plan_group(cfg, start.timestamp(), end.timestamp(), store=True)
+            # Registered as planned: with the group's summed costs, as the others plan with it.
+            register_on_cluster(QueryConfig.from_dict(wp.config), start.timestamp(), end.timestamp(), deadline)
+        else:
+            # Registered before it plans: the other queries on its cluster plan with it from now on.
+            register_on_cluster(cfg, start.timestamp(), end.timestamp(), deadline)
+            wp = plan_window(cfg, start.timestamp(), end.timestamp(), deadline)
+            store_plan(wp)
         self.log.info("plan\n%s", format_window_plan(wp))
-        path = store_plan(wp)
+        path = state.window(cfg.query, start.timestamp()).location
         context["ti"].xcom_push(key="plan", value=wp.to_dict())
         # The window before this one: its late batch, merged by this run (late="merge").
         # (An empty dict, not None, when there is none: an XComArg must resolve to a value.)
         context["ti"].xcom_push(key="late", value=_json(late_entry(cfg, start.timestamp(), end.timestamp())))
         ws = state.window(cfg.query, start.timestamp())
+        if wp.advice:  # before any data moves: what the group would do better apart
+            self.log.warning("group %s: %s", cfg.query, wp.models.rsplit("; shared by ", 1)[-1])
         if not wp.plan.feasible and not wp.backfill:
             context["iqp_plan"] = wp.to_dict()
             context["iqp_window"] = ws

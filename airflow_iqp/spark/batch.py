@@ -9,6 +9,7 @@ this runs on a Spark driver.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -18,7 +19,8 @@ from airflow_iqp.errors import ConfigError
 from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units
 from airflow_iqp.query.store import Saved, load_query
 from airflow_iqp.spark.jobmetrics import StepMeter
-from airflow_iqp.spark.steps import parquet_rows, parquet_writer, run_batch
+from airflow_iqp.spark.steps import parquet_rows, parquet_writer, partial_of, read_stream, run_batch
+from airflow_iqp.streams import stream_of
 from airflow_iqp.store import WindowState, open_store
 from airflow_iqp.window.accounting import record_batch_cost
 
@@ -28,11 +30,13 @@ from airflow_iqp.window.accounting import record_batch_cost
 PAUSE_ENV = "AIRFLOW_IQP_PAUSE_BEFORE_RENAME"
 
 
-def batch_work(ws: WindowState, batch: int, static: str | dict | None = None) -> dict:
+def batch_work(ws: WindowState, batch: int, static: str | dict | None = None,
+               members: tuple[str, ...] = ()) -> dict:
     """What batch ``batch`` of window ``ws`` reads and writes, as plain JSON: its claimed
     files and units (those quarantined when claimed left out, and listed), the rows of the
     files the claim checked whole, where its partial and metrics go, and its static tables
-    (None: the saved query's)."""
+    (None: the saved query's). A group's shared batch (``ws`` the group's window) names
+    its ``members``: the queries it writes a partial for, each in its own window."""
     claim = ws.claim_of(batch)
     if claim is None:
         raise ConfigError(f"{ws.query_id}/{ws.window_id}: batch {batch} has not claimed its input", field="batch")
@@ -40,7 +44,8 @@ def batch_work(ws: WindowState, batch: int, static: str | dict | None = None) ->
             "claimed": len(claim.get("units", [])), "units": kept_units(claim), "files": files_to_read(claim),
             "checked": claim.get("checked") or {}, "claimed_at": claim.get("claimed_at"),
             "quarantined": [{k: q[k] for k in ("unit", "file", "reason")} for q in claim.get("quarantined", [])],
-            "partial": ws.partial_uri(batch), "metrics": ws.metrics_uri(batch), "static": static}
+            "partial": ws.partial_uri(batch), "metrics": ws.metrics_uri(batch), "static": static,
+            **({"members": list(members)} if members else {})}
 
 
 #: Work longer than this (in characters of JSON) goes to the job as a file the store writes,
@@ -86,6 +91,8 @@ def _fixed_root(path: str) -> str:
 
 def execute_batch(spark, work: dict, *, backend: str, history: bool = True) -> dict:
     """Run one batch end to end in ``spark``: compute, write, record. Returns the metrics."""
+    if work.get("members"):
+        return execute_shared_batch(spark, work, backend=backend, history=history)
     ws = open_store(work["store"]).window(work["query"], work["window"])
     saved = load_query(work["query"], ws.store)
     query = saved.query
@@ -122,3 +129,82 @@ def _columns_unknown(saved: Saved, record) -> bool:
     """Whether a stream the query reads has columns neither declared nor recorded."""
     return any(not s.schema and record.columns(s.name) is None
                for s in saved.streams if s.name in saved.query.streams)
+
+
+def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = True) -> dict:
+    """A group's batch: its units read once (cached), and each member query's partial
+    written into that query's window, whose claim of the batch is the group's
+    (:meth:`~airflow_iqp.store.WindowState.adopt_claim`), before its partial is written.
+    The group's window gets the batch's metrics, and the group's cost history its cost:
+    every member's step together, from the group's claim to the last partial written."""
+    store = open_store(work["store"])
+    group = store.window(work["query"], work["window"])
+    claim = group.claim_of(work["batch"])
+    if claim is None:
+        raise ConfigError(f"{group.location}: batch {work['batch']} has not claimed its input", field="batch")
+    members = {m: load_query(m, store) for m in work["members"]}
+    for saved in members.values():
+        _check_work(work, saved)
+    files, units = [str(f) for f in work["files"]], list(work["units"])
+    windows = {m: store.window(m, work["window"]) for m in members}
+    for ws in windows.values():
+        ws.adopt_claim(work["batch"], claim)
+    if work["claimed"] and not units:  # every unit quarantined when claimed: nothing to compute
+        return {"query": group.query_id, "batch": work["batch"], "units": 0, "unit_ids": [], "members": list(members),
+                "quarantined": work["quarantined"], "wall_seconds": 0.0, "written_at": None}
+    # One check of the batch's files, of every stream a member reads: a unit bad in any of
+    # them is out of the batch for every member (the group claimed it once). The record of
+    # the streams' columns is the first member's, and every member's gets what it records.
+    first = next(iter(members.values()))
+    read = tuple(dict.fromkeys(s for saved in members.values() for s in saved.query.streams))
+    lead = dataclasses.replace(first, query=dataclasses.replace(first.query, streams=read))
+    record = store.query(first.query.id)
+    per_member = {}
+    with StepMeter(spark) as meter:
+        claimed = group.claimed_files() if _columns_unknown(lead, record) else ()
+        inspection = inspect_files(files, lead, record, claimed=claimed, checked=work["checked"])
+        for m in list(members)[1:]:  # a member's merge of an empty window reads its own record
+            for stream, columns in inspection.columns.items():
+                if columns and store.query(m).columns(stream) is None and record.columns(stream) is not None:
+                    store.query(m).record_columns(stream, record.columns(stream))
+        tables = {name: df.persist() for name, df in _union_streams(spark, members, inspection).items()}
+        try:
+            for m, saved in members.items():
+                t0 = time.time()
+                df = partial_of(spark, saved, tables, work["static"] or None)
+                uri = windows[m].write_partial(work["batch"], parquet_writer(df, before_commit=_pause_hook))
+                per_member[m] = {"uri": uri, "seconds": time.time() - t0, "written_at": time.time()}
+        finally:
+            for df in tables.values():
+                df.unpersist()
+    infos = inspection.infos
+    later = {q["unit"] for q in inspection.quarantined}
+    units = [u for u in units if u not in later]
+    quarantined = work["quarantined"] + inspection.quarantined
+    base = {"batch": work["batch"], "units": len(units), "unit_ids": units, "files": len(infos),
+            "bytes": sum(i.bytes or 0 for i in infos), "rows_in": sum(i.rows or 0 for i in infos),
+            "backend": backend, "quarantined": quarantined}
+    for m, done in per_member.items():
+        windows[m].write_metrics(work["batch"], {
+            **base, "query": m, "group": group.query_id, "rows_out": parquet_rows(done["uri"]),
+            "wall_seconds": done["seconds"], "cpu_seconds": None, "task_seconds": None,
+            "written_at": done["written_at"]})
+    metrics = {**base, "query": group.query_id, "members": list(members), "wall_seconds": meter.wall_seconds,
+               "cpu_seconds": meter.cpu_seconds, "task_seconds": meter.task_seconds,
+               "written_at": max(d["written_at"] for d in per_member.values())}
+    group.write_metrics(work["batch"], metrics)
+    if history:
+        record_batch_cost(group, metrics, work["claimed_at"], backend)
+    return metrics
+
+
+def _union_streams(spark, members: dict[str, Saved], inspection) -> dict:
+    """One DataFrame per stream any member reads, read once for all of them."""
+    out: dict = {}
+    for saved in members.values():
+        for name in saved.query.streams:
+            if name not in out:
+                out[name] = read_stream(spark, saved.stream(name),
+                                        [f for f in inspection.files if stream_of(f, saved.streams).name == name],
+                                        inspection.columns.get(name))
+    return out

@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> int:
         return code
     if metrics.get("written_at") is None:
         print("airflow-iqp batch_job: every unit was quarantined when claimed; nothing to write", flush=True)
+    elif metrics.get("members"):
+        print(f"airflow-iqp batch_job: wrote the partials of {', '.join(metrics['members'])} from one read "
+              f"({metrics['units']} units, {metrics['wall_seconds']:.2f}s)", flush=True)
     else:
         print(f"airflow-iqp batch_job: wrote {work['partial']} ({metrics['rows_out']} rows, "
               f"{metrics['wall_seconds']:.2f}s)", flush=True)

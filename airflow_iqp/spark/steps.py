@@ -76,12 +76,24 @@ def run_batch(spark, query: Saved | str, files: Sequence[str], static=None, *,
     directory of ``<table>.parquet`` or a mapping table -> path (default: the saved query's).
     """
     saved = as_saved(query)
-    query = saved.query
     ins = inspection or inspect_files([str(f) for f in files], saved, record)
+    return partial_of(spark, saved, read_streams(spark, saved, ins), static)
+
+
+def read_streams(spark, saved: Saved, inspection: Inspection) -> dict:
+    """The checked files of a batch as one DataFrame per stream the query reads, by name."""
+    return {s: read_stream(spark, saved.stream(s),
+                           [f for f in inspection.files if stream_of(f, saved.streams).name == s],
+                           inspection.columns.get(s)) for s in saved.query.streams}
+
+
+def partial_of(spark, saved: Saved, tables: Mapping, static=None):
+    """A query's partial result over its streams' ``tables`` (name -> DataFrame) and its
+    static tables (from ``static``; default: the saved query's)."""
+    query = saved.query
     static = static if static is not None else saved.static
-    tables = {s: read_stream(spark, saved.stream(s), [f for f in ins.files if stream_of(f, saved.streams).name == s],
-                             ins.columns.get(s)) for s in query.streams}
-    return query.compute_partial(spark, tables | read_statics(spark, query, static, query.static))
+    return query.compute_partial(spark, {s: tables[s] for s in query.streams}
+                                 | read_statics(spark, query, static, query.static))
 
 
 def read_statics(spark, query: Query, static, names: Sequence[str]) -> dict:

@@ -204,6 +204,20 @@ class WindowState:
             self.store.put(key, claim)
             return claim
 
+    def adopt_claim(self, batch: int, claim: dict) -> dict:
+        """Take another window's claim of batch ``batch`` (a group's shared batch) as this
+        window's own, unchanged: this query's final step then checks its partials against
+        it as against its own claims. Written once; a retry finds it; a different claim
+        already there is a :class:`ClaimError`."""
+        key = self._claim_key(batch)
+        if self.store.create(key, claim):
+            return claim
+        existing = self.store.get(key)
+        if existing != json.loads(json.dumps(claim)):
+            raise ClaimError(f"{self.query_id}/{self.window_id}: batch {batch} holds a claim of its own, not the "
+                             f"group's")
+        return existing
+
     def _claim_key(self, batch: int) -> str:
         return self._key("claims", f"{batch_name(batch)}.json")
 

@@ -56,6 +56,9 @@ class Batch:
     lateness: float = 0.0
     start_ts: float | None = None         #: a fused tail: when the final task starts
     before: tuple["Batch", ...] = ()      #: a fused tail: the batches it runs first
+    #: a group's shared batch: the queries whose partials it writes, from one read of its
+    #: units (``query`` is then the group's id, whose window holds the claim)
+    members: tuple[str, ...] = ()
 
     def __post_init__(self):
         check_name(self.query, "batch.query")  # both name state paths, the cluster's turn files too
@@ -63,6 +66,7 @@ class Batch:
         if not self.streams:
             raise ConfigError("a plan entry declares no streams", "batch.streams")
         object.__setattr__(self, "streams", as_streams(self.streams))
+        object.__setattr__(self, "members", tuple(check_name(m, "batch.members") for m in self.members))
         if self.index < 1 or self.of < 1:
             raise ConfigError(f"batch index and count must be >= 1, got {self.index}/{self.of}", "batch")
 
@@ -85,6 +89,10 @@ class Batch:
                 value = [b.to_dict() for b in value]
             elif f.name == "streams":
                 value = [s.to_dict() for s in value]
+            elif f.name == "members":
+                if not value:  # a query's own batch: its JSON as before groups
+                    continue
+                value = list(value)
             out[f.name] = value
         return out
 

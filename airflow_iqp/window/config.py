@@ -65,6 +65,8 @@ class QueryConfig:
     fuse_tail: bool = _BACKEND["fuse_tail"]       #: Backend.fuse_tail
     dispatch: float | None = _BACKEND["dispatch"]  #: Backend.dispatch (None: learned)
     cluster: str | None = _BACKEND["cluster"]     #: Backend.cluster (joint planning through the store)
+    #: A group (``iqp_group``): its member queries, id -> deadline, seconds after the window's end
+    members: dict = field(default_factory=dict)
 
     def __post_init__(self):
         object.__setattr__(self, "streams", as_streams(self.streams))  # none declared: a ConfigError
@@ -80,6 +82,10 @@ class QueryConfig:
             raise ConfigError(f"must be >= 0 seconds, got {self.dispatch!r}", "dispatch")
         if self.cluster is not None:
             check_name(self.cluster, "cluster")
+        if not isinstance(self.members, dict) or not all(
+                isinstance(v, (int, float)) and v >= 0 and check_name(q, "members") for q, v in self.members.items()):
+            raise ConfigError(f"must map query ids to deadlines in seconds >= 0 after the window's end, "
+                              f"got {self.members!r}", "members")
         if not self.margin >= 0:
             raise ConfigError(f"must be >= 0 seconds, got {self.margin!r}", "margin")
         if not self.ahead >= 0:

@@ -14,7 +14,7 @@ from airflow_iqp.planning.models import (
 )
 from airflow_iqp.planning.margins import Margins, learn_margins
 from airflow_iqp.landing import list_units
-from airflow_iqp.store import open_store
+from airflow_iqp.store import open_store, query_key
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig
 
@@ -102,23 +102,37 @@ def margins(cfg: QueryConfig) -> Margins:
     if cfg.cost_scale is not None and cfg.dispatch is not None:
         return Margins(scale=cfg.cost_scale, dispatch=cfg.dispatch)
     samples: list[tuple[float, float]] = []
-    for c in _cluster_configs(cfg):
-        model = _batch_model(c)[0]
+    for c in [cfg, *(other for _doc, other in registered_members(cfg).values())]:
+        model, _source, leaves_out = _batch_model(c)
+        # A given dispatch is added (by cost_models) to the models that leave it out: what is
+        # left to learn is the scale over the rest.
+        given = cfg.dispatch if cfg.dispatch is not None and leaves_out else 0.0
         records = [r for r in open_store(c.state_dir).cost_history(c.query, "batch", c.backend)
                    if r.get(SPAN) is not None and r["units"] >= 1 and r.get("window")]
         newest = set(sorted({r["window"] for r in records})[-MARGIN_WINDOWS:])
-        samples += [(model.cost(r["units"]), r[SPAN]) for r in records if r["window"] in newest]
-    return learn_margins(samples, scale=cfg.cost_scale, dispatch=cfg.dispatch)
+        samples += [(model.cost(r["units"]), r[SPAN] - given) for r in records if r["window"] in newest]
+    m = learn_margins(samples, scale=cfg.cost_scale, dispatch=None if cfg.dispatch is None else 0.0)
+    return m if cfg.dispatch is None else replace(m, dispatch=cfg.dispatch)
 
 
-def _cluster_configs(cfg: QueryConfig) -> list[QueryConfig]:
-    """This query's settings, and those the other queries on its cluster and backend registered."""
-    out = [cfg]
-    if cfg.cluster:
-        for q, doc in open_store(cfg.state_dir).cluster(cfg.cluster).members().items():
-            if q != cfg.query.lower() and doc.get("backend") == cfg.backend and doc.get("config"):
-                out.append(QueryConfig.from_dict({**doc["config"], "cluster": None, "shares": {}}))
-    return out
+#: A query on a cluster's registry counts while its newest registration is from a window at
+#: most this many windows before the newest one planned (``window_start``, else the newest
+#: registration's): a query whose plan task has not run since (its DAG paused or removed) is
+#: taken as gone.
+REGISTRY_WINDOWS = 2
+
+
+def registered_members(cfg: QueryConfig, window_start: float | None = None) -> dict[str, tuple[dict, QueryConfig]]:
+    """The other queries registered on ``cfg``'s cluster on its backend, and not gone: query id
+    -> (its registration, its settings as registered, on no cluster of their own)."""
+    if not cfg.cluster:
+        return {}
+    docs = {q: d for q, d in open_store(cfg.state_dir).cluster(cfg.cluster).members().items()
+            if q != query_key(cfg.query) and d.get("backend") == cfg.backend and d.get("config")}
+    if window_start is None:
+        window_start = max((d["window_start"] for d in docs.values()), default=0.0)
+    return {q: (d, QueryConfig.from_dict({**d["config"], "shares": {}, "ahead": 0.0, "cluster": None}))
+            for q, d in docs.items() if d["window_start"] >= window_start - REGISTRY_WINDOWS * d["window_length"]}
 
 
 def with_margins(cfg: QueryConfig) -> tuple[QueryConfig, str]:
@@ -167,6 +181,12 @@ def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
     if cfg.dispatch and agg_dispatch and not cfg.fuse_tail:
         agg = plus_fixed(agg, cfg.dispatch)
     return cost, agg, source + margin_source
+
+
+def own_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost]:
+    """The query's batch and merge models before margins and dispatch (as :func:`cost_models`
+    finds them: a calibrated fit, the cost history, a hint, the built-in default)."""
+    return _batch_model(cfg)[0], _merge_model(cfg)[0]
 
 
 def tail_startup(cfg: QueryConfig, cost: CostModel) -> float:

@@ -17,7 +17,8 @@ from airflow_iqp.store import open_store, query_key
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig, clock, window_id
 from airflow_iqp.window.costs import (
-    arrival_offsets_hint, cost_models, expected_units, observed_offsets, tail_startup, with_margins,
+    arrival_offsets_hint, cost_models, expected_units, observed_offsets, registered_members, tail_startup,
+    with_margins,
 )
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ class WindowPlan:
     config: dict | None = None
     #: The queries due earlier on the same cluster that this window was planned after.
     planned_after: list = field(default_factory=list)
+    #: A group (:func:`airflow_iqp.window.group.plan_group`) that its queries planned apart
+    #: would do better: what to change (empty: sharing does at least as well).
+    advice: str = ""
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k not in ("plan", "batches")}
@@ -110,12 +114,6 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
                       planned_after=[q for _o, q, _c in before])
 
 
-#: A query on a cluster's registry is planned with while its newest registration is from a
-#: window at most this many windows before the one planned: a query whose plan task has not
-#: run since (its DAG paused or removed) is taken as gone.
-REGISTRY_WINDOWS = 2
-
-
 def register_on_cluster(cfg: QueryConfig, window_start: float, window_end: float, deadline: float,
                         now: float | None = None) -> str | None:
     """Register the query on its cluster (``cfg.cluster``) with this window's settings, for
@@ -138,11 +136,9 @@ def planned_before(cfg: QueryConfig, window_start: float, window_end: float,
         others = [(off, q, replace(cfg, query=q, shares={}, cluster=None)) for q, off in cfg.shares.items()]
     elif cfg.cluster:
         others = []
-        for q, doc in open_store(cfg.state_dir).cluster(cfg.cluster).members().items():
-            if (doc.get("backend") != cfg.backend or abs(doc["window_length"] - length) > 1e-6
-                    or doc["window_start"] < window_start - REGISTRY_WINDOWS * length):
+        for q, (doc, other) in registered_members(cfg, window_start).items():
+            if abs(doc["window_length"] - length) > 1e-6:
                 continue
-            other = QueryConfig.from_dict({**doc["config"], "shares": {}, "ahead": 0.0, "cluster": None})
             if other.units is None:
                 other = replace(other, units=expected_units(other, length)[0])
             others.append((float(doc["deadline_offset"]), q, other))

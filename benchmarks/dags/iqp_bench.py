@@ -7,7 +7,8 @@ IQP_MARGIN (seconds), IQP_MODE ("plan" or "one_batch"), IQP_FUSE_TAIL ("1": the 
 runs the last batch), IQP_DISPATCH (seconds; unset: learned), IQP_TAIL_SLOTS, IQP_TAIL_LEAD
 (JSON: query -> seconds), IQP_SHARES ("1": plan jointly with the other queries, their
 deadlines IQP_DEADLINES), IQP_CLUSTER (a cluster's name: plan jointly through the store's
-registry instead), IQP_COST_SCALE (planned costs over calibrated ones; unset: learned).
+registry instead), IQP_COST_SCALE (planned costs over calibrated ones; unset: learned),
+IQP_GROUP ("1": one ``iqp_group`` DAG, ``iqp_bench_group``, whose batches all the queries share).
 Cost models come from the calibrated fits in the state directory.
 
 ``benchmarks/single_query_sweep.py`` runs many windows one after another in one Airflow:
@@ -20,7 +21,7 @@ import json
 import os
 from datetime import datetime, timedelta
 
-from airflow_iqp.dag_factory import iqp_dag
+from airflow_iqp.dag_factory import iqp_dag, iqp_group
 from airflow_iqp.backends import SparkConnect, SparkSubmit
 from airflow_iqp.options import Alerts, Algorithm1, Arrival, OneBatch
 
@@ -62,7 +63,16 @@ if os.environ.get("IQP_QUERIES"):
     DEADLINES = json.loads(os.environ["IQP_DEADLINES"])
     LEAD = json.loads(os.environ.get("IQP_TAIL_LEAD") or "{}")
     CUT = _cut(os.environ.get("IQP_MODE", "plan"), DEADLINES if os.environ.get("IQP_SHARES") == "1" else None)
-    for query in os.environ["IQP_QUERIES"].split(","):
+    QUERIES = os.environ["IQP_QUERIES"].split(",")
+    if os.environ.get("IQP_GROUP") == "1":
+        QUERIES = []  # one DAG for all of them
+        bench_group = iqp_group(
+            name="bench_group", queries=os.environ["IQP_QUERIES"].split(","), streams=os.environ["IQP_LANDING"],
+            static=os.environ["IQP_STATIC"], window=timedelta(seconds=float(os.environ["IQP_WINDOW_S"])),
+            deadline_offset={q: timedelta(seconds=float(s)) for q, s in DEADLINES.items()},
+            arrival=Arrival(units=int(os.environ["IQP_UNITS"])), cut=CUT, backend=_backend(None),
+            alerts=Alerts(deadline=False), anchor=ANCHOR, end_date=datetime.fromisoformat(os.environ["IQP_END"]))
+    for query in QUERIES:
         backend = _backend(LEAD.get(query))
         globals()[f"bench_{query}"] = iqp_dag(
             query=query, dag_id=f"bench_{query}", streams=os.environ["IQP_LANDING"], static=os.environ["IQP_STATIC"],

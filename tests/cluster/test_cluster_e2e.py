@@ -14,7 +14,10 @@ window:
 * ``iqp_events_connect``: a user's SQL (a DISTINCT count, an average) over CSV files of their
   own that the test writes into the window, on the Connect server;
 * ``iqp_q3_spark_submit`` and ``iqp_q3_spark_connect``: TPC-H Q3 from the catalogue, orders
-  joined with lineitem (two streams of the same unit) and with the static customer table.
+  joined with lineitem (two streams of the same unit) and with the static customer table;
+* ``iqp_shop``: a group of three queries over the same CSV files (``iqp_group``), whose
+  batches are shared: one Connect job per batch writes a partial per query, and each query
+  has its own final task, result, deadline, Deadline Alert and Asset.
 
 The cost hints make the plan cut the window into more than one batch, so the final task
 merges several partials. In the middle of the window, the Celery worker running a batch of
@@ -27,6 +30,7 @@ workers, and nothing may be left under a local state directory.
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import subprocess
@@ -62,6 +66,14 @@ DAGS = {  # dag id -> (query, backend, state store under the bucket's prefix)
     "iqp_q3_spark_submit": ("q3", "spark-submit", "submit"),
     "iqp_q3_spark_connect": ("q3", "spark-connect", "connect"),
 }
+GROUP = "iqp_shop"  # the group DAG, on the Connect state store
+GROUP_SQL = {
+    "shop_revenue": "SELECT country, sum(amount) AS revenue, count(*) AS n FROM events GROUP BY country",
+    "shop_buyers": "SELECT country, count(DISTINCT user_id) AS buyers FROM events GROUP BY country",
+    "shop_basket": "SELECT country, avg(qty) AS basket, max(amount) AS top FROM events WHERE amount IS NOT NULL "
+                   "GROUP BY country",
+}
+GROUP_DEADLINES = {"shop_revenue": 120, "shop_buyers": 120, "shop_basket": 150}  # s after the window's end
 VICTIM = "iqp_cq2"  # the DAG whose batch's worker is killed
 EVENTS_SQL = ("SELECT country, count(*) AS n, sum(amount) AS revenue, avg(qty) AS avg_qty, "
               "count(DISTINCT user_id) AS users FROM events WHERE amount IS NOT NULL GROUP BY country")
@@ -133,7 +145,8 @@ def window(tmp_path_factory, s3_server):
     start = (int(t0 + LEAD) // 10) * 10
     env = {"IQP_DATA": str(data), "IQP_ANCHOR": iso(start), "IQP_END": iso(start + 1), "IQP_WINDOW_S": str(W),
            "IQP_UNITS": str(UNITS), "IQP_DEADLINE_S": str(OFFSET), "IQP_DEADLINE_ALERT": "0", **COST,
-           "T_STATE": state, "T_STATIC": str(tpch / "static")}
+           "T_STATE": state, "T_STATIC": str(tpch / "static"), "IQP_GROUP_SQL": json.dumps(GROUP_SQL),
+           "IQP_GROUP_DEADLINES": json.dumps(GROUP_DEADLINES)}
     config = {"IQP__STATE_DIR": state + "/submit", "SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(HEARTBEAT_S),
               "SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "10"}
     landing = data / "landing" / "cq2" / wid(start)
@@ -146,7 +159,7 @@ def window(tmp_path_factory, s3_server):
                      spark_conf=spark_conf) as cl:
         out["startup"] = cl.timings["startup"]
         out["home"] = cl.airflow.home
-        for dag_id in DAGS:
+        for dag_id in (*DAGS, GROUP):
             cl.airflow.wait_for_dag(dag_id)
             cl.airflow.unpause(dag_id)
         time.sleep(max(0.0, start - time.time()))
@@ -162,7 +175,11 @@ def window(tmp_path_factory, s3_server):
 
         writer = threading.Thread(target=write_all, daemon=True)
         writer.start()
-        runs = {d: cl.airflow.window_run(d, start, timeout=60) for d in DAGS}
+        runs = {d: cl.airflow.window_run(d, start, timeout=60) for d in (*DAGS, GROUP)}
+        # The scheduler writes a run's deadlines as it creates the run, and drops them once it is over.
+        out["deadlines"] = cl.airflow.sql(
+            "SELECT r.dag_id, a.name, d.deadline_time FROM deadline d JOIN dag_run r ON r.id = d.dagrun_id "
+            "JOIN deadline_alert a ON a.id = d.deadline_alert_id WHERE r.dag_id = ?", (GROUP,))
         victim_ws = open_store(state + "/" + DAGS[VICTIM][2]).window(DAGS[VICTIM][0], wid(start))
         stop = threading.Event()
         timer = threading.Timer(W + OFFSET, stop.set)
@@ -188,6 +205,9 @@ def window(tmp_path_factory, s3_server):
         out["master"] = cl.master_state()
         out["master_url"] = cl.master_url
         out["runs_rows"] = cl.airflow.sql("SELECT dag_id, state FROM dag_run WHERE run_type = ?", ("scheduled",))
+        out["asset_events"] = cl.airflow.sql(
+            "SELECT a.name, e.source_dag_id, e.source_task_id FROM asset_event e JOIN asset a ON a.id = e.asset_id")
+
         out["worker_logs"] = {c: cl.log_path(c).read_text(errors="replace") for c in cl.celery_workers}
         out["root"] = cl.root
         out["components"] = cl.components
@@ -216,14 +236,14 @@ def window_state(run: dict, dag_id: str):
     return ws, ws.claims(), ws.doc("plan"), ws.doc("report")
 
 
-def events_reference(files: list[Path]) -> list[tuple]:
+def events_reference(files: list[Path], sql: str = EVENTS_SQL) -> list[tuple]:
     import duckdb
 
     con = duckdb.connect()
     listed = ", ".join(f"'{f}'" for f in files)
     con.execute(f"CREATE VIEW events AS SELECT * FROM read_csv([{listed}], header = true, "
                 f"columns = {{'user_id': 'BIGINT', 'country': 'VARCHAR', 'amount': 'DOUBLE', 'qty': 'BIGINT'}})")
-    return con.execute(EVENTS_SQL).fetchall()
+    return con.execute(sql).fetchall()
 
 
 @pytest.mark.parametrize("dag_id", list(DAGS))
@@ -309,4 +329,41 @@ def test_spark_submit_jobs_ran_on_the_standalone_master_and_connect_served_from_
 
 def test_metadata_db_is_postgresql(window):
     rows = {(r["dag_id"], r["state"]) for r in window["runs_rows"]}
-    assert rows == {(d, "success") for d in DAGS}
+    assert rows == {(d, "success") for d in (*DAGS, GROUP)}
+
+
+def test_a_group_of_three_queries_shares_its_batches_and_each_keeps_its_own_result_alert_and_asset(window):
+    from airflow_iqp.store import open_store
+
+    run, tis = window["runs"][GROUP], window["tis"][GROUP]
+    assert run["state"] == "success", ([(t["task_id"], t["map_index"], t["state"]) for t in tis],
+                                       {k: v for k, v in window["failed_logs"].items() if k[0] == GROUP})
+    store = open_store(window["state"] + "/connect")
+    group = store.window("shop", wid(window["start"]))
+    plan, claims = group.doc("plan"), group.claims()
+    assert "shared by" in plan["models"], plan["models"]
+    assert len(plan["batches"]) >= 2 and all(b["members"] == list(GROUP_SQL) for b in plan["batches"])
+    # One batch task per batch, not per query; every unit claimed once, by the group.
+    submits = [t for t in tis if t["task_id"] == "batch.submit" and t["state"] == "success"]
+    assert len(submits) == len([c for c in claims.values() if c["units"]]) >= 2
+    claimed = [u for c in claims.values() for u in c["units"]]
+    files = sorted(p for p in window["events"].iterdir() if p.suffix == ".csv")
+    assert sorted(claimed) == sorted(p.name for p in files) and len(claimed) == len(set(claimed)) == UNITS
+    end = window["start"] + W
+    for q, sql in GROUP_SQL.items():
+        ws = store.window(q, wid(window["start"]))
+        assert ws.claims() == claims  # the group's claims, taken as the query's own
+        manifest, report = ws.manifest(), ws.doc("report")
+        assert manifest["partials"] and all(p.startswith("s3a://") for p in manifest["partials"])
+        assert report["deadline_ts"] == pytest.approx(end + GROUP_DEADLINES[q])
+        rows = [tuple(r.values()) for r in read_parquet_dir(manifest["result"]).to_pylist()]
+        assert_same_rows(rows, events_reference(files, sql), ordered=False, label=q)
+    # Each query's own Asset event, from its own final task; its own deadline, from its own alert.
+    events = {(e["name"], e["source_dag_id"], e["source_task_id"]) for e in window["asset_events"]}
+    assert {(f"iqp_{q}_result", GROUP, f"final_{q}") for q in GROUP_SQL} <= events
+    deadlines = {d["name"]: d["deadline_time"] for d in window["deadlines"]}
+    assert set(deadlines) == {f"iqp-window-deadline-{q}" for q in GROUP_SQL}
+    for q, offset in GROUP_DEADLINES.items():
+        when = deadlines[f"iqp-window-deadline-{q}"]
+        when = when if isinstance(when, datetime) else datetime.fromisoformat(str(when))
+        assert when.timestamp() == pytest.approx(end + offset, abs=1)

@@ -14,7 +14,7 @@ configuration; they raise :class:`~airflow_iqp.errors.ConfigError` naming the fi
 Import every name from this package; the private modules hold one kind of model each:
 ``_cost`` (batch costs and their fit), ``_final_agg``, ``_arrival``, ``_adjust`` (a fixed
 cost or a load factor added to a model), ``_parse`` (models from JSON), ``_busy`` (other
-queries' executor time) and ``_checks`` (the float tolerance and the field checks).
+queries' executor time), ``_shared`` (a group's costs) and ``_checks`` (the float tolerance and the field checks).
 """
 
 from airflow_iqp.planning.models._adjust import plus_fixed, scaled
@@ -26,10 +26,11 @@ from airflow_iqp.planning.models._cost import (
 )
 from airflow_iqp.planning.models._final_agg import NO_FINAL_AGG, FinalAggCost, LinearFinalAgg, PiecewiseLinearFinalAgg
 from airflow_iqp.planning.models._parse import arrival_from_dict, cost_model_from_dict, final_agg_from_dict
+from airflow_iqp.planning.models._shared import SHARED_FIXED_SHARE, shared_batch_cost, summed_final_agg
 
 __all__ = [
-    "NO_FINAL_AGG", "TIME_TOL", "UNBOUNDED", "ArrivalModel", "Busy", "CallableCost", "CostModel", "EmpiricalArrival",
+    "NO_FINAL_AGG", "SHARED_FIXED_SHARE", "TIME_TOL", "UNBOUNDED", "ArrivalModel", "Busy", "CallableCost", "CostModel", "EmpiricalArrival",
     "FinalAggCost", "FixedRate", "LinearCost", "LinearFinalAgg", "PiecewiseLinearCost", "PiecewiseLinearFinalAgg",
     "ProfileArrival", "arrival_from_dict", "cost_model_from_dict", "final_agg_from_dict", "fit_piecewise_linear",
-    "plus_fixed", "scaled", "within",
+    "plus_fixed", "scaled", "shared_batch_cost", "summed_final_agg", "within",
 ]

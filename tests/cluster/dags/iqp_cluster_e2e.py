@@ -1,15 +1,17 @@
 """The cluster test's DAGs (tests/cluster/test_cluster_e2e.py), beside a copy of the example
 ``dags/iqp_cq2.py`` (CQ2 on spark-submit): a user's SQL over their own CSV files on Spark
 Connect, and TPC-H Q3 (orders joined with lineitem, both streams, and with the static
-customer table) on both backends. The TPC-H DAGs read the same landing directory as the
-example, the CSV one a directory of its own; each backend has a state store of its own
+customer table) on both backends, and a group of three queries over the same CSV files that
+shares its batches on Spark Connect. The TPC-H DAGs read the same landing directory as the
+example, the CSV ones a directory of their own; each backend has a state store of its own
 under ``T_STATE`` (an ``s3://`` prefix in the test). Window, units, deadline and cost hints
 come from the same IQP_* variables as the example's."""
 
+import json
 import os
 from datetime import datetime, timedelta
 
-from airflow_iqp.dag_factory import iqp_dag
+from airflow_iqp.dag_factory import iqp_dag, iqp_group
 from airflow_iqp.backends import SparkConnect, SparkSubmit
 from airflow_iqp.options import Algorithm1, Arrival
 from airflow_iqp.streams import Stream
@@ -35,6 +37,19 @@ events_connect = iqp_dag(
     streams={"events": Stream(path=DATA + "/landing/events/{{ data_interval_start | ts_nodash }}", format="csv",
                               pattern="*.csv")},
     backend=SparkConnect(), state_dir=os.environ["T_STATE"] + "/connect", **COMMON)
+
+# Three queries of one shop over the same CSV files: one batch job per batch for all three.
+# Hints under which sharing is cheaper than planning each on its own, and needs two batches
+# to meet the earliest deadline.
+shop = iqp_group(
+    name="shop", queries=json.loads(os.environ["IQP_GROUP_SQL"]),
+    streams={"events": Stream(path=DATA + "/landing/events/{{ data_interval_start | ts_nodash }}", format="csv",
+                              pattern="*.csv")},
+    deadline_offset={q: timedelta(seconds=s) for q, s in json.loads(os.environ["IQP_GROUP_DEADLINES"]).items()},
+    window=COMMON["window"], arrival=COMMON["arrival"], anchor=COMMON["anchor"], end_date=COMMON["end_date"],
+    cut=Algorithm1(cost_hint={"kind": "linear", "per_unit": 2.0, "per_batch": 20.0},
+                   final_agg_hint={"kind": "linear", "base": 20.0, "per_batch": 0.5}),
+    backend=SparkConnect(), state_dir=os.environ["T_STATE"] + "/connect")
 
 for backend in (SparkSubmit(), SparkConnect()):
     globals()[f"q3_{backend.name.replace('-', '_')}"] = iqp_dag(

@@ -1,0 +1,91 @@
+"""A group's shared batches on Spark: one read of each batch's units writes a partial per
+query into that query's window, and each query's own merge equals DuckDB over the window,
+on a retried batch too (airflow_iqp.spark.batch.execute_shared_batch)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.spark.test_steps_sql_property import duckdb_text
+from tests.support.events import EVENT_COLUMNS, STATIC, duckdb_events
+from tests.support.reference import assert_same_rows, read_parquet_dir
+
+from airflow_iqp.errors import DataError
+from airflow_iqp.landing import list_units
+from airflow_iqp.query import decompose
+from airflow_iqp.query.store import Saved, save_query
+from airflow_iqp.spark.batch import batch_work, execute_batch
+from airflow_iqp.spark.merge import execute_final
+from airflow_iqp.store import open_store
+from airflow_iqp.streams import Stream, files_of
+
+pytestmark = pytest.mark.spark
+
+SQL = {"revenue": "SELECT country, sum(amount) AS revenue, count(*) AS n FROM events GROUP BY country",
+       "buyers": "SELECT country, count(DISTINCT user_id) AS buyers FROM events GROUP BY country",
+       "by_category": "SELECT c.cat_name, avg(e.qty) AS q FROM events e JOIN categories c ON e.cat_id = c.cat_id "
+                      "GROUP BY c.cat_name"}
+WINDOW = "20260101T000000"
+
+
+def test_each_query_of_a_group_gets_its_own_partials_and_result_from_one_read(spark, events_dir, tmp_path):
+    store = open_store(tmp_path / "state")
+    streams = (Stream("events", path=str(events_dir / "events")),)
+    static = {t: str(events_dir / f"{t}.parquet") for t in STATIC}
+    for q, sql in SQL.items():
+        query = decompose(sql, id=q, streams=["events"], static=list(STATIC), schemas={"events": EVENT_COLUMNS, **STATIC})
+        save_query(store, Saved(query, streams, static))
+    units = list_units(events_dir / "events", streams)
+    group = store.window("shop", WINDOW)
+    for b, chunk in ((1, units[:2]), (2, units[2:5]), (3, units[5:])):
+        group.claim(b, [u.name for u in chunk], files_of(chunk, streams))
+    members = tuple(SQL)
+    # Before its shared batch ran, a member's merge finds the batch's claim without a partial.
+    first = execute_batch(spark, batch_work(group, 1, members=members), backend="spark-submit")
+    assert first["members"] == list(members) and first["units"] == 2
+    with pytest.raises(DataError, match="no partial"):
+        store.window("revenue", WINDOW).adopt_claim(2, group.claim_of(2))
+        execute_final(spark, store.window("revenue", WINDOW), backend="spark-submit")
+    for b in (2, 3, 2):  # batch 2 twice: a retry replaces its partials, and counts nothing twice
+        execute_batch(spark, batch_work(group, b, members=members), backend="spark-submit")
+    for q, sql in SQL.items():
+        ws = store.window(q, WINDOW)
+        assert ws.claims() == group.claims()  # the group's claims, taken as the query's own
+        assert sorted(ws.written_partials()) == [1, 2, 3]
+        assert ws.metrics(2)["group"] == "shop" and ws.metrics(2)["units"] == 3
+        manifest = execute_final(spark, ws, backend="spark-submit")
+        assert sorted(manifest["units"]) == sorted(u.name for u in units)
+        cols, ref = duckdb_events(duckdb_text(sql), events_dir)
+        got = read_parquet_dir(ws.result_uri)
+        assert list(got.column_names) == cols
+        assert_same_rows([tuple(r.values()) for r in got.to_pylist()], ref, False, q)
+    # The group's window holds the batches' metrics, and the group's history their cost.
+    assert group.metrics(3)["members"] == list(members)
+    recorded = store.cost_history("shop", "batch")
+    assert len(recorded) == 4 and {r["units"] for r in recorded} == {1, 2, 3}
+
+
+def test_members_reading_different_streams_of_a_unit_each_see_their_own(spark, tpch_dir, units, tmp_path):
+    """TPC-H units hold orders and lineitem: a group of a query over orders only (CQ1), one
+    over lineitem only (Q6) and one joining both (Q4) reads each unit's files once, and each
+    result equals DuckDB's over the same units."""
+    from airflow_iqp.inputs.tpch import streams_at
+    from airflow_iqp.query.catalogue import get_query
+    from tests.support.reference import duckdb_reference
+
+    store = open_store(tmp_path / "state")
+    streams = streams_at(tpch_dir / "units")
+    members = ("cq1", "q6", "q4")
+    for q in members:
+        save_query(store, Saved(get_query(q), streams, str(tpch_dir / "static")))
+    group = store.window("tpch_group", WINDOW)
+    for b, chunk in ((1, units[:4]), (2, units[4:])):
+        group.claim(b, [u.name for u in chunk], files_of(chunk, streams))
+        execute_batch(spark, batch_work(group, b, members=members), backend="spark-submit")
+    for q in members:
+        ws = store.window(q, WINDOW)
+        execute_final(spark, ws, backend="spark-submit")
+        cols, ref = duckdb_reference(q, units, tpch_dir / "static")
+        got = read_parquet_dir(ws.result_uri)
+        assert list(got.column_names) == cols and len(ref) > 0
+        assert_same_rows([tuple(r.values()) for r in got.to_pylist()], ref, get_query(q).ordered, q)

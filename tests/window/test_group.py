@@ -1,0 +1,82 @@
+"""A group of queries over the same streams, planned once (airflow_iqp.window.group)."""
+
+import pytest
+
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.planning.models import (
+    LinearCost, LinearFinalAgg, PiecewiseLinearCost, PiecewiseLinearFinalAgg, shared_batch_cost, summed_final_agg,
+)
+from airflow_iqp.store import ClaimError, open_store
+from airflow_iqp.window.config import QueryConfig, window_id
+from airflow_iqp.window.group import entries_of, plan_group
+from tests.support.batches import TPCH_STREAMS
+
+START = 1_800_000_000.0
+HINT = {"cost_hint": {"kind": "linear", "per_unit": 0.05, "per_batch": 10},
+        "final_agg_hint": {"kind": "linear", "base": 5, "per_batch": 0.5}}
+
+
+def group(tmp_path, members, **over):
+    base = dict(query="orders_group", landing=str(tmp_path / "landing"), state_dir=str(tmp_path / "state"), units=240,
+                streams=TPCH_STREAMS, rate=1.0, margin=5.0, members=members, **HINT)
+    base.update(over)
+    return QueryConfig(**base)
+
+
+def test_a_group_s_batch_pays_one_start_up_and_every_query_s_work_per_unit():
+    a, b = LinearCost(per_unit=0.1, per_batch=10), LinearCost(per_unit=0.2, per_batch=6)
+    both = shared_batch_cost([a, b])
+    assert both.per_unit == pytest.approx(0.3) and both.per_batch == pytest.approx(10 + 0.1 * 6)
+    assert both.cost(100) < a.cost(100) + b.cost(100)
+    p = PiecewiseLinearCost(((1, 4.0), (50, 9.0), (200, 20.0)))
+    mixed = shared_batch_cost([a, p])
+    for n in (1, 50, 120, 200):
+        assert mixed.cost(n) == pytest.approx(a.cost(n) + p.cost(n) - 0.9 * min(10, p.overhead), abs=1e-6)
+    merges = summed_final_agg([LinearFinalAgg(base=2, per_batch=1, merge_single=True),
+                               PiecewiseLinearFinalAgg(((1, 3.0), (4, 6.0)))])
+    assert merges.merge_single and merges.cost(1) == pytest.approx(3.0) and merges.cost(4) == pytest.approx(12.0)
+    with pytest.raises(ConfigError):
+        shared_batch_cost([])
+
+
+def test_queries_due_together_share_batches_and_each_final_sees_them_all(tmp_path):
+    cfg = group(tmp_path, {"q_a": 60.0, "q_b": 60.0, "q_c": 90.0})
+    wp = plan_group(cfg, START, START + 240, now=START, store=True)
+    assert "shared by q_a, q_b, q_c" in wp.models
+    assert all(b.members == ("q_a", "q_b", "q_c") and b.query == "orders_group" for b in wp.batches)
+    assert wp.deadline == START + 240 + 60  # the earliest deadline among the queries
+    assert wp.batches[0].label.endswith("· 3 queries")
+    for q in cfg.members:
+        assert entries_of(wp.batches, q) == wp.batches
+    # Stored as the group's plan: its claims are the group's.
+    assert open_store(cfg.state_dir).window("orders_group", window_id(START)).doc("plan")["batches"]
+
+
+def test_deadlines_far_apart_say_before_any_data_moves_that_queries_apart_would_do_better(tmp_path):
+    # q_a is due 40 s after the window: shared, every batch must meet that, with all three
+    # queries' work in it and their merges one after another; apart, only q_a's must.
+    cfg = group(tmp_path, {"q_a": 40.0, "q_b": 3000.0, "q_c": 3000.0})
+    wp = plan_group(cfg, START, START + 240, now=START, store=True)
+    assert "apart, each query would meet its own" in wp.models or "the deadlines are far apart" in wp.models
+    assert wp.advice == "give q_b, q_c DAGs of their own (iqp_dag), or the group a later deadline"
+    assert wp.advice in wp.models
+    # The batches stay shared (every final task waits for them): each query's are all of them.
+    assert wp.batches and all(b.members == ("q_a", "q_b", "q_c") for b in wp.batches)
+    assert all(entries_of(wp.batches, q) == wp.batches for q in cfg.members)
+    together = plan_group(group(tmp_path, {"q_a": 60.0, "q_b": 60.0, "q_c": 90.0}), START, START + 240, now=START)
+    assert together.advice == ""
+
+
+def test_a_member_adopts_the_group_s_claim_once_and_refuses_another(tmp_path):
+    store = open_store(tmp_path / "state")
+    g = store.window("orders_group", window_id(START))
+    claim = g.claim(1, ["u1", "u2"], ["/l/u1/orders.parquet", "/l/u2/orders.parquet"])
+    member = store.window("q_a", window_id(START))
+    assert member.adopt_claim(1, claim) == claim
+    assert member.adopt_claim(1, claim) == claim  # a retry finds it
+    assert member.claimed_units() == {"u1", "u2"}
+    other = g.claim(2, ["u3"], ["/l/u3/orders.parquet"])
+    with pytest.raises(ClaimError, match="q_a"):
+        member.adopt_claim(1, other)
+    with pytest.raises(ConfigError, match="members"):
+        group(tmp_path, {"../x": 10.0})
