@@ -616,7 +616,8 @@ def markdown(report: dict) -> str:
                      f"| {'yes' if r['result_correct'] else 'no'} |")
     lines += ["", "Deadlines: `iqp_*` runs, each query's own, f x D after the window's end (staggered over the "
               "queries as in the paper's section 7.4: f times the sum of D up to the query); the other runs, the 1D "
-              "spark-submit deadlines. `iqp_*` runs fuse the last batch into the final task (`fuse_tail=True`). "
+              "spark-submit deadlines. `iqp_*` runs fuse the last batch into the final task (`fuse_tail=True`), "
+              "except `iqp_group_*` runs (one `iqp_group` DAG whose batches the queries share). "
               "Streaming runs of join queries join inside each micro-batch (foreachBatch)."]
     for backend, r in (meta.get("reference") or {}).items():
         lines.append(f"Reference (D) run on {backend}: {r['run']}, one batch, {r['cpu_seconds']:.1f} CPU s, "

@@ -147,8 +147,11 @@ def window(tmp_path_factory, s3_server):
            "IQP_UNITS": str(UNITS), "IQP_DEADLINE_S": str(OFFSET), "IQP_DEADLINE_ALERT": "0", **COST,
            "T_STATE": state, "T_STATIC": str(tpch / "static"), "IQP_GROUP_SQL": json.dumps(GROUP_SQL),
            "IQP_GROUP_DEADLINES": json.dumps(GROUP_DEADLINES)}
+    # A task the killed worker had taken from Redis but not started stays queued until
+    # task_queued_timeout (600 s by default; Redis gives it back only after a day).
     config = {"IQP__STATE_DIR": state + "/submit", "SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(HEARTBEAT_S),
-              "SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "10"}
+              "SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": "10", "SCHEDULER__TASK_QUEUED_TIMEOUT": "180",
+              "SCHEDULER__TASK_QUEUED_TIMEOUT_CHECK_INTERVAL": "30"}
     landing = data / "landing" / "cq2" / wid(start)
     events = data / "landing" / "events" / wid(start)
     events.mkdir(parents=True)
