@@ -135,17 +135,19 @@ def registered_members(cfg: QueryConfig, window_start: float | None = None) -> d
             for q, d in docs.items() if d["window_start"] >= window_start - REGISTRY_WINDOWS * d["window_length"]}
 
 
-def with_margins(cfg: QueryConfig) -> tuple[QueryConfig, str]:
-    """``cfg`` with its margins (:func:`margins`) in place of the ones left to learn, and
-    what they are, for the plan's log (empty when both were given, or none were learned)."""
+def with_margins(cfg: QueryConfig, m: Margins | None = None) -> tuple[QueryConfig, str]:
+    """``cfg`` with its margins (``m``, else :func:`margins`) in place of the ones left to
+    learn, and what they are, for the plan's log (empty when both were given, or none were
+    learned)."""
     if cfg.cost_scale is not None and cfg.dispatch is not None:
         return cfg, ""
-    m = margins(cfg)
+    m = margins(cfg) if m is None else m
     return replace(cfg, cost_scale=m.scale, dispatch=m.dispatch), f"; margins: {m.describe()}" if m.samples else ""
 
 
-def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
-    """The cost models to plan with, and where they came from.
+def cost_models(cfg: QueryConfig, m: Margins | None = None) -> tuple[CostModel, FinalAggCost, str]:
+    """The cost models to plan with, and where they came from (``m``: the margins, when the
+    caller has them already).
 
     In order of preference: the newest calibrated fit of this query and backend
     (``airflow-iqp calibrate``: end-to-end seconds of its jobs); a fit to the cost history,
@@ -157,7 +159,7 @@ def cost_models(cfg: QueryConfig) -> tuple[CostModel, FinalAggCost, str]:
     one, measured against whichever model is in use, to every batch.
     """
     learned = cfg.dispatch is None
-    cfg, margin_source = with_margins(cfg)
+    cfg, margin_source = with_margins(cfg, m)
     cost, cost_source, cost_dispatch = _batch_model(cfg)
     agg, agg_source, agg_dispatch = _merge_model(cfg)
     source = cost_source if cost_source == agg_source else f"{cost_source}; {agg_source}"

@@ -17,7 +17,7 @@ from airflow_iqp.store import open_store, query_key
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig, clock, window_id
 from airflow_iqp.window.costs import (
-    arrival_offsets_hint, cost_models, expected_units, observed_offsets, registered_members, tail_startup,
+    arrival_offsets_hint, cost_models, expected_units, margins, observed_offsets, registered_members, tail_startup,
     with_margins,
 )
 
@@ -97,11 +97,10 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
     # Queries due earlier have the cluster for ``ahead`` seconds after the window's end: this
     # window's work after its end gets what is left of the deadline.
     rel_deadline = deadline - window_start - cfg.ahead
-    plan, models, cost, agg, spec = _plan(cfg, length, rel_deadline, backfill, now - window_start, busy)
+    plan, models, cost, agg, spec, planned = _plan(cfg, length, rel_deadline, backfill, now - window_start, busy)
     models += shared + estimate
     # The entries carry the scale planned with (learned, or given) for what expects their costs.
-    batches = batch_entries(with_margins(cfg)[0], plan, window_start, window_end, deadline, backfill,
-                            known or backfill)
+    batches = batch_entries(planned, plan, window_start, window_end, deadline, backfill, known or backfill)
     if cfg.mode == "dynamic" and not backfill:
         batches = _dynamic_entries(cfg, batches)
     elif not known and not backfill and cfg.mode == "plan":
@@ -179,11 +178,14 @@ def _checkpoint_entries(entries: list[Batch], window_start: float, window_end: f
 
 
 def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, rel_now: float,
-          busy) -> tuple[Plan, str, CostModel, FinalAggCost, PlanSpec]:
+          busy) -> tuple[Plan, str, CostModel, FinalAggCost, PlanSpec, QueryConfig]:
     """One query's plan on the window's axis (0 = its start), in the executor time ``busy``
-    leaves; where its models came from; the models; and the spec it was planned from
-    (``airflow-iqp plan --window`` plans it again)."""
-    cost, agg, models = cost_models(cfg)
+    leaves; where its models came from; the models; the spec it was planned from
+    (``airflow-iqp plan --window`` plans it again); and ``cfg`` with the margins it was
+    planned with (learned once here, from the cost history)."""
+    m = margins(cfg)
+    cost, agg, models = cost_models(cfg, m)
+    cfg = with_margins(cfg, m)[0]
     offsets = (observed_offsets(cfg) if cfg.arrival == "observed" else None) or arrival_offsets_hint(cfg, length)
     arrival = EmpiricalArrival(tuple(min(o, length) for o in offsets))
     spec = partial(PlanSpec, window_start=0.0, cost=cost, final_agg=agg, busy=busy)
@@ -221,7 +223,7 @@ def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, 
     plan = spec.plan()
     if cfg.mode == "dynamic" and not backfill:
         plan.extra["min_batch"] = mb.to_dict()
-    return plan, models, cost, agg, spec
+    return plan, models, cost, agg, spec, cfg
 
 
 def _minbatch_sizes(cfg: QueryConfig, min_batch: int) -> tuple[int, ...]:
