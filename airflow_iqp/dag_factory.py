@@ -121,7 +121,7 @@ def iqp_dag(*, sql: str | None = None, name: str | None = None, query: str | Que
         raise ConfigError(f"moved to {MOVED[moved[0]].format(moved[0])}", moved[0])
     arrival = expect(arrival, Arrival, "arrival", "Arrival(...) (arrival='observed' is Arrival(observed=True))")
     cut = expect(cut, Cut, "cut", "Algorithm1(...), MinBatches(...) or OneBatch()")
-    backend = expect(backend, Backend, "backend", typed_choices())
+    backend = expect(backend, Backend, "backend", typed_choices()).with_fuse_tail(False)
     alerts = expect(alerts, Alerts, "alerts", "Alerts(...)")
     q, stream_list, landing = _query_and_streams(query, sql, name, streams, static, isinstance(cut, OneBatch))
     # streams='<path>' names the directory each window's TPC-H units land in, templated or not.
@@ -171,7 +171,10 @@ def iqp_group(*, name: str, queries: Mapping[str, str | Query] | Sequence[str | 
 
     Each batch is one Spark job that reads its units once and writes one partial per query;
     each query has its own ``final_<query>`` task, result, Asset, deadline and Deadline
-    Alert. The batches are planned once, for every query's work with one start-up, against
+    Alert. With the backend's ``fuse_tail`` (a group's default), one task (``tail``), started before the
+    window's end, runs the last shared batch and every query's merge, earliest deadline
+    first, in one Spark job; each ``final_<query>`` task then accounts for its query and
+    emits its Asset event, with no Spark job of its own. The batches are planned once, for every query's work with one start-up, against
     the earliest deadline. Each query is planned on its own too: when that would cost less
     (their deadlines far apart) or meet a deadline that sharing misses, the plan task says so
     and why, before any data moves, and which queries to give DAGs of their own
@@ -185,19 +188,16 @@ def iqp_group(*, name: str, queries: Mapping[str, str | Query] | Sequence[str | 
     :param deadline_offset: each query's result is due this long after the window's end: one
         for all, or query id -> offset.
     :param streams: static: window: arrival: cut: backend: alerts: state_dir: anchor: as
-        for :func:`iqp_dag`; ``backend`` without ``fuse_tail``, ``arrival`` without
-        ``late="merge"``.
+        for :func:`iqp_dag`; ``arrival`` without ``late="merge"``.
     """
     from airflow_iqp.deadlines import window_deadline_alert
 
     check_query_id(name)
     arrival = expect(arrival, Arrival, "arrival", "Arrival(...)")
     cut = expect(cut, Cut, "cut", "Algorithm1(...), MinBatches(...) or OneBatch()")
-    backend = expect(backend, Backend, "backend", typed_choices())
+    # One job merging every member with the last batch saves a start-up per member.
+    backend = expect(backend, Backend, "backend", typed_choices()).with_fuse_tail(True)
     alerts = expect(alerts, Alerts, "alerts", "Alerts(...)")
-    if backend.fuse_tail:
-        raise ConfigError("a group's last batch is shared by its queries and runs as a mapped batch: give "
-                          "fuse_tail=False", "backend.fuse_tail")
     if arrival.late == "merge":
         raise ConfigError("a group records late units (late='record'); merge them with one DAG per query",
                           "arrival.late")
@@ -245,9 +245,22 @@ def iqp_group(*, name: str, queries: Mapping[str, str | Query] | Sequence[str | 
             deadlines={q: offsets[q] for q in members}, retries=backend.retries, retry_delay=dt.timedelta(seconds=5))
         spark = _spark_kwargs(backend)
         batches = _batch_group(backend).expand(entry=plan.output)
+        if not backend.fuse_tail:
+            for q in members:
+                batches >> FinalOperator(task_id=f"final_{q}", query=q, plan=plan.output, group=name,
+                                         deadline_offset=offsets[q], state_dir=state_dir, **spark)
+            return dag
+        # A fused tail: one task, started before the window's end, runs the last shared batch
+        # and every member's merge in one job; each member's own final task then publishes.
+        tail = XComArg(plan, key="tail")
+        merge = FinalOperator(task_id="tail", query=name, plan=plan.output, tail=tail, tail_slots=backend.tail_slots,
+                              state_dir=state_dir, outlets=[], **spark)
+        batches >> merge
+        BatchReadySensor(task_id="tail_wait", batch=tail, claim=False) >> merge
         for q in members:
-            batches >> FinalOperator(task_id=f"final_{q}", query=q, plan=plan.output, group=name,
-                                     deadline_offset=offsets[q], state_dir=state_dir, **spark)
+            merge >> FinalOperator(task_id=f"final_{q}", query=q, plan=plan.output, tail=tail, group=name,
+                                   merged=True, deadline_offset=offsets[q], state_dir=state_dir, backend=backend,
+                                   retries=backend.retries, retry_delay=dt.timedelta(seconds=5))
     return dag
 
 

@@ -16,7 +16,9 @@ mode). Runs:
   with spark-submit, each query's deadline ``f`` times its D after the window's end;
 * ``iqp_connect_<f>D``: the same on a shared Spark Connect server;
 * ``iqp_group_<f>D``, ``iqp_group_connect_<f>D``: the same queries as one ``iqp_group`` DAG
-  whose batches they share (one job per batch for all of them), without a fused tail.
+  whose batches they share (one job per batch for all of them, and one fused tail that runs
+  the last batch and every query's merge), set up as a user would: the backend and the
+  cluster, no tuning (:data:`GROUP_UNSET`).
 
 D is a query's one-batch cost after the window's end on the same backend, as in the
 paper, on the same deployment: a reference run of this project through Airflow plans the
@@ -127,6 +129,10 @@ COST_SCALE = {"spark-submit": 1.0, "spark-connect": 2.0}
 #: dispatches its one batch after the window's end, and a slower loop there would only make
 #: D, and every deadline, later.
 CONNECT_AIRFLOW = {"SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1.0"}
+#: The settings a group run leaves to the provider's defaults and to what it learns: its DAG
+#: names the backend and the cluster only.
+GROUP_UNSET = ("IQP_MARGIN", "IQP_FUSE_TAIL", "IQP_DISPATCH", "IQP_TAIL_SLOTS", "IQP_COST_SCALE", "IQP_SHARES",
+               "IQP_TAIL_LEAD")
 #: The least warm-up of a fresh server (:func:`warm_server`), in seconds of its work.
 WARMUP_MIN_S = 60.0
 #: What the preparation measures, kept for ``--reuse-prep``.
@@ -410,10 +416,11 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
            "IQP_DEADLINES": json.dumps(offsets), "IQP_SHARES": "0" if reference else "1",
            "IQP_TAIL_LEAD": json.dumps({queries[0]: 0.0} if reference else queue_leads(offsets, backend)),
            **({"IQP_MODE": "one_batch"} if reference else {}),
-           # A group's batches are mapped tasks: on spark-submit they take no turns.
-           **({"IQP_GROUP": "1", "IQP_FUSE_TAIL": "0", **({"IQP_TAIL_SLOTS": "0"} if backend == "spark-submit" else {})}
-              if group else {}),
            "AIRFLOW__IQP__STATE_DIR": str(state)}
+    if group:  # no tuning: the backend and the cluster, every other setting the provider's default
+        for knob in GROUP_UNSET:
+            env.pop(knob, None)
+        env.update(IQP_GROUP="1", IQP_CLUSTER="bench")
     dag_ids = ["iqp_bench_group"] if group else [f"bench_{q}" for q in queries]
     server = ctx["server"] if backend == "spark-connect" else None
     exclude = set() if server else ctx["server_pids"]

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from airflow_iqp.dag_factory import iqp_dag
+from airflow_iqp.operators.final import FinalOperator
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.backends import SparkConnect, SparkSubmit
 from airflow_iqp.options import Alerts, Arrival, OneBatch
@@ -135,7 +136,7 @@ def test_a_group_is_one_dag_of_shared_batches_and_a_final_task_per_query():
 
     offsets = {"revenue": timedelta(minutes=2), "buyers": timedelta(minutes=3), "basket": timedelta(minutes=3)}
     dag = iqp_group(name="shop", queries=GROUP_SQL, streams={"events": "/data/events"}, window=timedelta(minutes=10),
-                    deadline_offset=offsets, arrival=Arrival(units=10), backend=SparkConnect())
+                    deadline_offset=offsets, arrival=Arrival(units=10), backend=SparkConnect(fuse_tail=False))
     assert dag.dag_id == "iqp_shop" and dag.timetable.deadline_offset == timedelta(minutes=2)
     plan = dag.get_task("plan")
     assert plan.query == "shop" and set(plan.members) == set(GROUP_SQL)
@@ -152,8 +153,29 @@ def test_a_group_is_one_dag_of_shared_batches_and_a_final_task_per_query():
     assert alerts["iqp-window-deadline-buyers"].callback.kwargs["member_of"] == "shop"
 
 
+def test_a_group_with_a_fused_tail_merges_every_query_in_one_task_and_each_query_publishes_its_own():
+    from airflow_iqp.dag_factory import iqp_group
+
+    offsets = {"revenue": timedelta(minutes=2), "buyers": timedelta(minutes=3), "basket": timedelta(minutes=3)}
+    dag = iqp_group(name="shop", queries=GROUP_SQL, streams={"events": "/data/events"}, window=timedelta(minutes=10),
+                    deadline_offset=offsets, arrival=Arrival(units=10),
+                    backend=SparkSubmit(fuse_tail=True, pool="spark"))
+    tail = dag.get_task("tail")
+    assert tail.query == "shop" and tail.outlets == [] and tail.pool == "spark" and not tail.merged
+    assert tail.upstream_task_ids == {"plan", "batch.submit", "tail_wait"}
+    assert dag.get_task("plan").fuse_tail
+    for q in GROUP_SQL:
+        final = dag.get_task(f"final_{q}")
+        assert final.merged and final.group == "shop" and final.deadline_offset == offsets[q]
+        assert final.upstream_task_ids == {"plan", "tail"}
+        assert [a.name for a in final.outlets] == [f"iqp_{q}_result"]
+        assert final.pool != "spark"  # it runs no Spark job: no cluster slot
+    with pytest.raises(ConfigError) as err:
+        FinalOperator(task_id="f", query="revenue", merged=True)
+    assert err.value.field == "merged"
+
+
 @pytest.mark.parametrize("kwargs, field", [
-    (dict(backend=SparkSubmit(fuse_tail=True)), "backend.fuse_tail"),
     (dict(arrival=Arrival(units=10, late="merge")), "arrival.late"),
     (dict(deadline_offset={"revenue": timedelta(minutes=2)}), "deadline_offset"),
     (dict(queries={**GROUP_SQL, "shop": "SELECT country, max(amount) AS m FROM events GROUP BY country"}),

@@ -82,8 +82,11 @@ def test_shares_and_ahead_exclude_each_other():
 
 
 def test_tail_slots_on_spark_submit_need_a_fused_tail():
-    err = refused(lambda: SparkSubmit(tail_slots=1), "backend.tail_slots")
+    err = refused(lambda: SparkSubmit(tail_slots=1, fuse_tail=False), "backend.tail_slots")
     assert "fuse_tail=True" in str(err) and "SparkConnect" in str(err)
+    # Left to the default, it is refused where the default is decided: a query's DAG fuses no tail.
+    refused(lambda: SparkSubmit(tail_slots=1).with_fuse_tail(False), "backend.tail_slots")
+    assert SparkSubmit(tail_slots=1).with_fuse_tail(True).fuse_tail
     SparkSubmit(tail_slots=1, fuse_tail=True)
     SparkConnect(tail_slots=1)  # on Connect every batch takes its turn
 

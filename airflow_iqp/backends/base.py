@@ -13,7 +13,7 @@ Airflow or Spark, so a runner imports the Airflow hooks and PySpark inside its m
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from airflow_iqp._values import _flag, _name, _seconds, _set, _whole
@@ -44,7 +44,9 @@ class Backend:
     :param fuse_tail: run the last batch inside the final task, started ``tail_lead``
         seconds before the window's end; batches ready after it starts run in it too, so
         after the window's end no task or session starts. The price is a worker slot held
-        for the lead and more.
+        for the lead and more. None (the default): a group's (``iqp_group``) tail is fused,
+        where one job then runs every member's merge with the last batch; a single query's
+        (``iqp_dag``) is not.
     :param tail_lead: seconds before the window's end that the final task starts (None: the
         backend's :attr:`lead`; 0 starts it at the window's end).
     :param tail_slots: how many of the state directory's batches run at once, earliest
@@ -95,7 +97,7 @@ class Backend:
     pool: str | None = None
     weight_rule: str | None = None
     retries: int = 2
-    fuse_tail: bool = False
+    fuse_tail: bool | None = None
     tail_lead: float | dt.timedelta | None = None
     tail_slots: int = 0
     cluster: str | None = None
@@ -126,16 +128,21 @@ class Backend:
         _name(self.pool, "backend.pool", "an Airflow pool's name")
         _name(self.weight_rule, "backend.weight_rule", "a priority weight strategy's class path")
         _whole(self.retries, "backend.retries", 0)
-        _flag(self.fuse_tail, "backend.fuse_tail")
+        if self.fuse_tail is not None:
+            _flag(self.fuse_tail, "backend.fuse_tail")
         _set(self, "tail_lead", _seconds(self.tail_lead, "backend.tail_lead", optional=True))
         _whole(self.tail_slots, "backend.tail_slots", 0)
         if self.cluster is not None:  # it names a directory of the state store
             check_name(_name(self.cluster, "backend.cluster", "a cluster's name"), "backend.cluster")
         _set(self, "dispatch", _seconds(self.dispatch, "backend.dispatch", optional=True))
-        if self.tail_slots and not self.fuse_tail and not self.mapped_batches_take_turns:
+        if self.tail_slots and self.fuse_tail is False and not self.mapped_batches_take_turns:
             turns = " or ".join(f"{b.__name__}()" for b in Backend._registry.values() if b.mapped_batches_take_turns)
             raise ConfigError(f"takes turns among fused tails only on {self.name}: give fuse_tail=True, or use "
                               f"{turns}", "backend.tail_slots")
+
+    def with_fuse_tail(self, default: bool) -> "Backend":
+        """This backend with ``fuse_tail`` decided: ``default`` if it was not given."""
+        return self if self.fuse_tail is not None else replace(self, fuse_tail=default)
 
     @property
     def lead(self) -> float:
@@ -144,7 +151,7 @@ class Backend:
 
     def query_config(self) -> dict[str, Any]:
         """This object's part of the runtime's ``QueryConfig``."""
-        return {"backend": self.name, "fuse_tail": self.fuse_tail, "dispatch": self.dispatch, "cluster": self.cluster}
+        return {"backend": self.name, "fuse_tail": bool(self.fuse_tail), "dispatch": self.dispatch, "cluster": self.cluster}
 
     def task_kwargs(self) -> dict[str, Any]:
         """What every batch and final task of this backend takes."""

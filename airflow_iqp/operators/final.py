@@ -10,6 +10,7 @@ from typing import Any
 from airflow.sdk import Asset, BaseOperator, TriggerRule
 
 from airflow_iqp import config
+from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.filecheck import bad_files_message
 from airflow_iqp.hooks.state import IQPStateHook
 from airflow_iqp.operators._backends import OnBackend
@@ -63,6 +64,9 @@ class FinalOperator(OnBackend, BaseOperator):
         claimed unit against this query's partials.
     :param deadline_offset: this query's own deadline after the window's end (default: the
         plan entries', which in a group are the earliest member's).
+    :param merged: a group member whose result the group's fused tail (the group's final
+        task, ``query`` the group's id) merged already: this task runs no Spark job; it
+        accounts for the window, writes the member's report and emits its Asset event.
     """
 
     template_fields: Sequence[str] = ("plan", "tail", "state_dir", "late")
@@ -71,7 +75,7 @@ class FinalOperator(OnBackend, BaseOperator):
     def __init__(self, *, query: str, plan: Any = None, tail: Any = None, state_dir: str | None = None,
                  tail_slots: int = 0, late: Any = None, backend: Any = "spark-submit", conn_id: str | None = None,
                  conf: Mapping[str, Any] | None = None, spark_kwargs: Mapping[str, Any] | None = None,
-                 group: str | None = None, deadline_offset: Any = None, **kwargs: Any) -> None:
+                 group: str | None = None, deadline_offset: Any = None, merged: bool = False, **kwargs: Any) -> None:
         if late is None:  # a late merge runs only after its sensor claimed something
             kwargs.setdefault("trigger_rule", TriggerRule.NONE_FAILED)
         kwargs.setdefault("outlets", [result_asset(query)])
@@ -84,6 +88,9 @@ class FinalOperator(OnBackend, BaseOperator):
         self.state_dir = state_dir or config.state_dir()
         self.group = group
         self.deadline_offset = deadline_offset
+        self.merged = merged
+        if merged and not group:
+            raise ConfigError("merged=True is a group member's final task: give group=", "merged")
         self._use_backend(backend, conn_id, conf, spark_kwargs)
 
     def execute(self, context) -> dict:
@@ -96,10 +103,18 @@ class FinalOperator(OnBackend, BaseOperator):
         if self.group and not late:  # the group's claims of its shared batches are this query's too
             for index, claim in state.window(self.group, context["data_interval_start"].timestamp()).claims().items():
                 ws.adopt_claim(index, claim)
-        self._runner.run_final(ws, tail=tail, tail_slots=self.tail_slots, late=late.index if late else None,
-                               app_name=f"iqp-{kind}-{self.query}")
+        if self.merged:
+            if ws.manifest() is None:
+                raise DataError(f"{ws.location}: group {self.group}'s final task wrote no result for {self.query}; "
+                                f"see its log")
+        else:
+            self._runner.run_final(ws, tail=tail, tail_slots=self.tail_slots, late=late.index if late else None,
+                                   app_name=f"iqp-{kind}-{self.query}")
         if late:
             return self._after_late(context, late)
+        if tail is not None and tail.members and not self.group:  # a group's tail: its members publish
+            accounting.record_task_cpu(ws, context["ti"])
+            return {"group": self.query, "window": ws.window_id, "members": list(tail.members)}
         return self._after_final(context, ws)
 
 
@@ -111,12 +126,11 @@ class FinalOperator(OnBackend, BaseOperator):
 
     def _batches(self) -> list[Batch]:
         """Every batch of the window: the mapped ones, and the fused tail's (those it ran first too)."""
-        if self.group:
-            return entries_of(batches_from(self.plan), self.query)
-        if not self.tail:
-            return batches_from(self.plan)
-        tail = Batch.from_dict(self.tail)
-        return batches_from(self.plan) + list(tail.before) + [tail]
+        mapped = batches_from(self.plan)
+        if self.tail:
+            tail = Batch.from_dict(self.tail)
+            mapped += [*tail.before, tail]
+        return entries_of(mapped, self.query) if self.group else mapped
 
     def _after_late(self, context, entry: Batch) -> dict:
         """After a late merge: the earlier window's manifest and report say what the new

@@ -70,7 +70,7 @@ class BatchPlanOperator(BaseOperator):
         arrival = expect(arrival, Arrival, "arrival", "Arrival(...)")
         cut = expect(cut, Cut, "cut", "Algorithm1(...), MinBatches(...) or OneBatch()")
         backend = expect(backend, Backend, "backend", typed_choices())
-        self.fuse_tail = backend.fuse_tail
+        self.fuse_tail = bool(backend.fuse_tail)
         self.tail_lead = backend.lead
         # A catalogued query is named by its id; a user's query is the Query itself.
         self.query_def = query if isinstance(query, Query) else None

@@ -152,22 +152,9 @@ def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = Tru
     if work["claimed"] and not units:  # every unit quarantined when claimed: nothing to compute
         return {"query": group.query_id, "batch": work["batch"], "units": 0, "unit_ids": [], "members": list(members),
                 "quarantined": work["quarantined"], "wall_seconds": 0.0, "written_at": None}
-    # One check of the batch's files, of every stream a member reads: a unit bad in any of
-    # them is out of the batch for every member (the group claimed it once). The record of
-    # the streams' columns is the first member's, and every member's gets what it records.
-    first = next(iter(members.values()))
-    read = tuple(dict.fromkeys(s for saved in members.values() for s in saved.query.streams))
-    lead = dataclasses.replace(first, query=dataclasses.replace(first.query, streams=read))
-    record = store.query(first.query.id)
     per_member = {}
     with StepMeter(spark) as meter:
-        claimed = group.claimed_files() if _columns_unknown(lead, record) else ()
-        inspection = inspect_files(files, lead, record, claimed=claimed, checked=work["checked"])
-        for m in list(members)[1:]:  # a member's merge of an empty window reads its own record
-            for stream, columns in inspection.columns.items():
-                if columns and store.query(m).columns(stream) is None and record.columns(stream) is not None:
-                    store.query(m).record_columns(stream, record.columns(stream))
-        tables = {name: df.persist() for name, df in _union_streams(spark, members, inspection).items()}
+        inspection, tables = read_shared(spark, group, members, files, work["checked"])
         try:
             for m, saved in members.items():
                 t0 = time.time()
@@ -196,6 +183,27 @@ def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = Tru
     if history:
         record_batch_cost(group, metrics, work["claimed_at"], backend)
     return metrics
+
+
+def read_shared(spark, group: WindowState, members: dict[str, Saved], files: list[str], checked: dict | None):
+    """A shared batch's files, checked once and read once for every member: (the
+    inspection, ``{stream: persisted DataFrame}``; the caller unpersists them).
+
+    One check of the batch's files, of every stream a member reads: a unit bad in any of
+    them is out of the batch for every member (the group claimed it once). The record of
+    the streams' columns is the first member's, and every member's gets what it records."""
+    store = group.store
+    first = next(iter(members.values()))
+    read = tuple(dict.fromkeys(s for saved in members.values() for s in saved.query.streams))
+    lead = dataclasses.replace(first, query=dataclasses.replace(first.query, streams=read))
+    record = store.query(first.query.id)
+    claimed = group.claimed_files() if _columns_unknown(lead, record) else ()
+    inspection = inspect_files(files, lead, record, claimed=claimed, checked=checked)
+    for m in list(members)[1:]:  # a member's merge of an empty window reads its own record
+        for stream, columns in inspection.columns.items():
+            if columns and store.query(m).columns(stream) is None and record.columns(stream) is not None:
+                store.query(m).record_columns(stream, record.columns(stream))
+    return inspection, {name: df.persist() for name, df in _union_streams(spark, members, inspection).items()}
 
 
 def _union_streams(spark, members: dict[str, Saved], inspection) -> dict:

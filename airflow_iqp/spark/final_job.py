@@ -8,7 +8,8 @@ It merges every batch's partial into the window's result, its manifest written l
 (:func:`~airflow_iqp.spark.merge.execute_final`). With ``--tail`` (a fused tail: the plan's
 tail, the last batch's entry with the batches ready after the task starts) the application
 starts before the window's end, runs those batches as each becomes ready, waits for the
-last batch's input, claims it, and runs it with the merge (:func:`~airflow_iqp.spark.tail.run_tail`).
+last batch's input, claims it, and runs it with the merge (:func:`~airflow_iqp.spark.tail.run_tail`);
+a group's tail (``--query`` the group, the entry naming its members) merges every member.
 With ``--late BATCH`` (late data, merged) it merges the claimed late batch into the result
 as a new revision (:func:`~airflow_iqp.spark.merge.execute_late`). No Airflow import here:
 this file runs on a Spark driver.
@@ -59,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     code, manifest = run_job("final_job", f"iqp-final-{args.query}-{args.window}", work)
     if code:
         return code
-    print(f"airflow-iqp final_job: wrote {manifest['result']} from {len(manifest['partials'])} partials", flush=True)
+    for m in manifest.get("members", {}).values() or [manifest]:  # a group's tail writes every member's
+        print(f"airflow-iqp final_job: wrote {m['result']} from {len(m['partials'])} partials", flush=True)
     return 0
 
 

@@ -7,7 +7,12 @@ come (:func:`read_written`), then claims the last batch's units and runs that ba
 merge as one job (:func:`execute_tail`). ``final_job.py --tail`` runs it under spark-submit;
 the Spark Connect backend runs it in the task. The claims are made here, in the driver,
 through the store: that is what saves a task's and a JVM's start after the window's end.
-No Airflow import here.
+
+A group's tail (a tail whose entry names ``members``) runs the group's batches ready
+after it started as shared batches, then claims the last batch once, reads its units once,
+and runs, for one member after another, earliest deadline first, that member's step on
+them merged with its written partials into its result (:func:`execute_group_tail`): one
+job, one start-up, every member's result. No Airflow import here.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units, unit
 from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.batch import batch_work, execute_batch
 from airflow_iqp.spark.merge import execute_final, merge_rows_estimate
-from airflow_iqp.spark.steps import parquet_writer, run_batch, run_final
+from airflow_iqp.spark.steps import parquet_writer, partial_of, run_batch, run_final
 from airflow_iqp.store import WindowState
 from airflow_iqp.streams import stream_of
 from airflow_iqp.window.batch import Batch
@@ -74,6 +79,48 @@ def execute_tail(spark, ws: WindowState, tail_batch: int | None, static: str | d
                          tail_rows_in=rows_in)
 
 
+def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tuple[str, ...],
+                       static: str | dict | None, *, backend: str, history: bool = True) -> dict:
+    """A group's fused tail: its last batch, claimed once by the group, and every member's
+    merge, in one Spark job. Each member first takes the group's claims as its own
+    (:meth:`~airflow_iqp.store.WindowState.adopt_claim`), so that its merge checks every
+    claimed unit against its partials. The batch's units are read once; then, for one
+    member after another in the order given (earliest deadline first), that member's step
+    on them is merged with its written partials into its result, as :func:`execute_tail`
+    does for one query: a member's result is written before the next member's work starts,
+    and no member's partial of the last batch is written. A retry claims nothing again and
+    writes each result again from the same claims: no unit is counted twice. Returns
+    ``{"members": {member: its result manifest}}``."""
+    from airflow_iqp.spark.batch import read_shared
+
+    store = group.store
+    windows = {m: store.window(m, group.window_id) for m in members}
+    for ws in windows.values():
+        for index, claim in group.claims().items():
+            ws.adopt_claim(index, claim)
+    claim = group.claim_of(tail_batch) or {}
+    files = files_to_read(claim)  # the units quarantined when claimed are left out
+    saved = {m: load_query(m, store) for m in members}
+    out: dict = {}
+    tables: dict = {}
+    try:
+        inspection = None
+        if files:
+            inspection, tables = read_shared(spark, group, saved, files, claim.get("checked"))
+        for m in members:
+            tail = None
+            if inspection is not None and not windows[m].has_partial(tail_batch):
+                tail = (tail_batch, partial_of(spark, saved[m], tables, static))
+            out[m] = execute_final(spark, windows[m], backend=backend, history=history, tail=tail,
+                                   quarantined=inspection.quarantined if inspection else [],
+                                   tail_rows_in=_rows_in(inspection) if inspection else None)
+            print(f"airflow-iqp final_job: {m}: wrote {out[m]['result']}", flush=True)
+    finally:
+        for df in tables.values():
+            df.unpersist()
+    return {"members": out}
+
+
 def _rows_in(inspection) -> int | None:
     """A batch's input rows from its files' inspection; None if a file's are unknown (remote)."""
     rows = [i.rows for i in inspection.infos]
@@ -105,6 +152,12 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
                   flush=True)
             continue
         _run_batch_in_turn(spark, ws, entry, slots, backend, history)
+    if tail.members:
+        claim = wait_and_claim(tail)
+        print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
+        with cluster_turn(tail, slots, planned=tail.remaining_cost):
+            return execute_group_tail(spark, ws, tail.index, tail.members, tail.static or None, backend=backend,
+                                      history=history)
     ahead = [read_written(spark, ws)]
     rehearse_tail(spark, ws, tail, slots, ahead[0])
 
@@ -175,9 +228,12 @@ def _run_batch_in_turn(spark, ws: WindowState, entry: Batch, slots: int, backend
     if not claim["units"]:
         print(f"airflow-iqp final_job: {entry.label}: nothing to claim", flush=True)
         return
-    if ws.has_partial(entry.index):  # a retry: written by the earlier attempt
+    # A retry: written by the earlier attempt (a group's partials are its members').
+    written = [ws.store.window(m, ws.window_id) for m in entry.members] or [ws]
+    if all(w.has_partial(entry.index) for w in written):
         return
     with cluster_turn(entry, slots):
-        metrics = execute_batch(spark, batch_work(ws, entry.index, entry.static), backend=backend, history=history)
+        metrics = execute_batch(spark, batch_work(ws, entry.index, entry.static, entry.members), backend=backend,
+                                history=history)
     print(f"airflow-iqp final_job: {entry.label}: {metrics['units']} units in {metrics['wall_seconds']:.1f} s",
           flush=True)

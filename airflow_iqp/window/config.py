@@ -62,7 +62,7 @@ class QueryConfig:
     c_max: float | None = _MIN.c_max              #: MinBatches.c_max
     max_batches: int = _MIN.max_batches           #: MinBatches.max_batches
     backend: str = Backend.default_name           #: a backend's name (airflow_iqp.backends.BACKENDS)
-    fuse_tail: bool = _BACKEND["fuse_tail"]       #: Backend.fuse_tail
+    fuse_tail: bool = bool(_BACKEND["fuse_tail"])  #: Backend.fuse_tail, decided (iqp_dag: False)
     dispatch: float | None = _BACKEND["dispatch"]  #: Backend.dispatch (None: learned)
     cluster: str | None = _BACKEND["cluster"]     #: Backend.cluster (joint planning through the store)
     #: A group (``iqp_group``): its member queries, id -> deadline, seconds after the window's end

@@ -6,7 +6,10 @@ its own final step, result and deadline. The group's batch costs every query's p
 step with one start-up (:func:`~airflow_iqp.planning.models.shared_batch_cost`) and its
 merges one after another (:func:`~airflow_iqp.planning.models.summed_final_agg`), against
 the earliest deadline among the queries; once the group's own batches are measured, its
-cost history replaces the sum. Each query is planned on its own too: when that costs less
+cost history replaces the sum. With a fused tail, one job runs the last batch and every
+query's merge, earliest deadline first, so a query due later waits for those due before
+it, not they for it: the shared plan is held to the tightest of those staggered deadlines
+(:func:`tail_deadline`), not to the earliest one. Each query is planned on its own too: when that costs less
 than sharing (their deadlines are far apart), or meets deadlines that sharing misses, the
 plan says so and why, before any data moves, and which queries to give DAGs of their own.
 A group's final tasks all wait for its batches, so its batches stay shared.
@@ -17,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.planning.models import shared_batch_cost, summed_final_agg
+from airflow_iqp.planning.models import shared_batch_cost, shared_step, summed_final_agg
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig, clock
 from airflow_iqp.window.costs import own_models
@@ -38,12 +41,20 @@ def plan_group(cfg: QueryConfig, window_start: float, window_end: float, now: fl
     ``store``, the plan is stored in the group's window."""
     if not cfg.members:
         raise ConfigError("a group needs its member queries", "members")
-    members = {m: member_config(cfg, m) for m in cfg.members}
-    models = [own_models(c) for c in members.values()]
+    # Earliest deadline first: the order the shared jobs write the members' partials and
+    # a fused tail their results in.
+    order = sorted(cfg.members, key=lambda m: (cfg.members[m], m))
+    members = {m: member_config(cfg, m) for m in order}
+    by_member = {m: own_models(c) for m, c in members.items()}
+    models = list(by_member.values())
+    # Each member's merge runs even after a single batch.
+    merges = {m: (c, replace(a, merge_single=True)) for m, (c, a) in by_member.items()}
     group = replace(cfg, cost_hint=shared_batch_cost([c for c, _a in models]).to_dict(),
                     final_agg_hint=summed_final_agg([a for _c, a in models]).to_dict())
     first = min(cfg.members.values())
     shared = plan_window(group, window_start, window_end, window_end + first, now)
+    if cfg.fuse_tail and not shared.backfill:
+        shared = _tail_plan(group, shared, merges, window_start, window_end, now)
     apart = {m: plan_window(c, window_start, window_end, window_end + cfg.members[m], now)
              for m, c in members.items()}
     apart_cost = sum(wp.plan.total_cost for wp in apart.values())
@@ -60,6 +71,53 @@ def plan_group(cfg: QueryConfig, window_start: float, window_end: float, now: fl
     return wp
 
 
+#: How many times the shared plan of a fused tail is held to a new staggered deadline.
+TAIL_DEADLINE_ROUNDS = 3
+
+
+def tail_deadline(by_member: dict, offsets: dict, units: int, partials: int) -> float:
+    """The deadline offset that a fused tail's plan, with the members' summed costs, is held
+    to so that every member meets its own: the tail's job runs the last batch's ``units``
+    and merges ``partials`` partials for one member after another, earliest deadline first
+    (``by_member``: member -> (batch cost, merge cost), in that order), so member i's result
+    is written before the members after it work. The summed plan finishing by
+    ``min_i(offset_i + after_i)``, where ``after_i`` is what the members after i add, has
+    every member finish by its own offset. ``after_i`` counts each later member's batch
+    step without the start-up the job pays once (:func:`~airflow_iqp.planning.models.shared_step`) and
+    its merge, both unscaled: the learned margins make the plan's costs larger, never these.
+    """
+    order = list(by_member)
+    step = {m: shared_step(c, units) + a.cost(partials) for m, (c, a) in by_member.items()}
+    return min(offsets[m] + sum(step[n] for n in order[i + 1:]) for i, m in enumerate(order))
+
+
+def _tail_plan(group: QueryConfig, shared: WindowPlan, by_member: dict, window_start: float, window_end: float,
+               now: float | None) -> WindowPlan:
+    """The shared plan of a group with a fused tail, held to :func:`tail_deadline` rather
+    than to the earliest member's deadline: planned again until the deadline it was
+    planned against is one its own last batch allows (each round's plan has a last batch at
+    least as large, so its staggered deadline is no earlier); the plan held to the
+    earliest deadline if no round's is."""
+    best, offset = shared, min(group.members.values())
+    for _ in range(TAIL_DEADLINE_ROUNDS):
+        plan = best.plan
+        allowed = tail_deadline(by_member, group.members, plan.batches[-1].units if plan.batches else 0,
+                                len(plan.batches))
+        if allowed <= offset + 1e-6:
+            break
+        wp = plan_window(group, window_start, window_end, window_end + allowed, now)
+        if not wp.plan.batches:
+            break
+        again = tail_deadline(by_member, group.members, wp.plan.batches[-1].units, len(wp.plan.batches))
+        if again + 1e-6 < allowed:  # its last batch is smaller: the deadline it had does not hold for it
+            break
+        best, offset = wp, allowed
+    if best is shared:
+        return shared
+    return replace(best, models=f"{best.models}; a fused tail merges the members earliest deadline first: planned "
+                                f"to {offset:.1f} s after the window's end, each member by its own")
+
+
 def _share(shared: WindowPlan, apart_cost: float, apart_met: bool) -> tuple[bool, str]:
     """Whether sharing the batches does at least as well as planning each query on its own, and why."""
     cost = shared.plan.total_cost
@@ -68,7 +126,7 @@ def _share(shared: WindowPlan, apart_cost: float, apart_met: bool) -> tuple[bool
     if shared.plan.feasible and cost <= apart_cost:
         return True, f"{cost:.1f} s of planned work against {apart_cost:.1f} s apart"
     if not shared.plan.feasible and apart_met:
-        return False, (f"the shared batches must meet the earliest deadline ({clock(shared.deadline)}) and cannot; "
+        return False, (f"the shared batches must be done by {clock(shared.deadline)} and cannot; "
                        f"apart, each query would meet its own")
     if shared.plan.feasible and apart_met:
         return False, (f"sharing costs {cost:.1f} s of planned work against {apart_cost:.1f} s apart: the deadlines "

@@ -4,11 +4,12 @@ Configured by environment (the benchmark sets it): IQP_QUERIES (comma-separated 
 IQP_BACKEND, IQP_LANDING, IQP_STATIC, IQP_UNITS, IQP_WINDOW_S, IQP_ANCHOR / IQP_END (ISO
 times: the one window), IQP_DEADLINES (JSON: query -> seconds after the window's end),
 IQP_MARGIN (seconds), IQP_MODE ("plan" or "one_batch"), IQP_FUSE_TAIL ("1": the final task
-runs the last batch), IQP_DISPATCH (seconds; unset: learned), IQP_TAIL_SLOTS, IQP_TAIL_LEAD
+runs the last batch; "0": it does not), IQP_DISPATCH (seconds; unset: learned), IQP_TAIL_SLOTS, IQP_TAIL_LEAD
 (JSON: query -> seconds), IQP_SHARES ("1": plan jointly with the other queries, their
 deadlines IQP_DEADLINES), IQP_CLUSTER (a cluster's name: plan jointly through the store's
 registry instead), IQP_COST_SCALE (planned costs over calibrated ones; unset: learned),
 IQP_GROUP ("1": one ``iqp_group`` DAG, ``iqp_bench_group``, whose batches all the queries share).
+A setting left unset is the provider's default (learned, where it is a margin).
 Cost models come from the calibrated fits in the state directory.
 
 ``benchmarks/single_query_sweep.py`` runs many windows one after another in one Airflow:
@@ -36,12 +37,15 @@ def _cut(mode: str, shares: dict | None = None):
     cost_scale = _seconds("IQP_COST_SCALE")
     if mode == "one_batch":
         return OneBatch(cost_scale=cost_scale)
-    return Algorithm1(margin=float(os.environ.get("IQP_MARGIN", "10")), cost_scale=cost_scale, shares=shares)
+    margin = _seconds("IQP_MARGIN")
+    return Algorithm1(cost_scale=cost_scale, shares=shares, **({"margin": margin} if margin is not None else {}))
 
 
 def _backend(tail_lead: float | None):
+    """The backend of the environment's settings; a setting left unset is the provider's default."""
     spark = SparkConnect if os.environ["IQP_BACKEND"] == "spark-connect" else SparkSubmit
-    return spark(retries=0, fuse_tail=os.environ.get("IQP_FUSE_TAIL") == "1", tail_lead=tail_lead,
+    fuse = {"1": True, "0": False}.get(os.environ.get("IQP_FUSE_TAIL", ""))
+    return spark(retries=0, fuse_tail=fuse, tail_lead=tail_lead,
                  dispatch=_seconds("IQP_DISPATCH"), cluster=os.environ.get("IQP_CLUSTER") or None,
                  tail_slots=int(os.environ.get("IQP_TAIL_SLOTS", "0")))
 

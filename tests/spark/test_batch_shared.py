@@ -89,3 +89,74 @@ def test_members_reading_different_streams_of_a_unit_each_see_their_own(spark, t
         got = read_parquet_dir(ws.result_uri)
         assert list(got.column_names) == cols and len(ref) > 0
         assert_same_rows([tuple(r.values()) for r in got.to_pylist()], ref, get_query(q).ordered, q)
+
+
+def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merge_in_one_job(
+        spark, tpch_dir, units, tmp_path):
+    """``run_tail`` with a group's entry: batch 2, ready after the tail started, runs as a
+    shared batch; the last batch is claimed once by the group when the window's last units
+    land, read once, and merged into each member's result, earliest deadline first; no
+    member's partial of it is written. A retry writes the same results from the same claims."""
+    import shutil
+    import threading
+    import time
+
+    from airflow_iqp.inputs.tpch import streams_at
+    from airflow_iqp.query.catalogue import get_query
+    from airflow_iqp.spark.tail import run_tail
+    from airflow_iqp.window.readiness import claim_batch, split_tail
+    from tests.support.batches import make_batch
+    from tests.support.reference import duckdb_reference
+
+    landing, state = tmp_path / "landing", tmp_path / "state"
+    landing.mkdir()
+    store = open_store(state)
+    streams = streams_at(landing)
+    members = ("cq1", "q6", "q4")  # orders only, lineitem only, both
+    static = str(tpch_dir / "static")
+    for q in members:
+        save_query(store, Saved(get_query(q), streams, static))
+    now, far = time.time(), time.time() + 3600
+    entries = [make_batch(query="tpch_group", window_id=WINDOW, index=i, of=3, units=n, cumulative=c,
+                          expected_total=len(units), last=i == 3, ready_ts=now + r, latest_start_ts=far,
+                          deadline_ts=far, landing=str(landing), state_dir=str(state), static=static,
+                          streams=tuple(s.to_dict() for s in streams), members=members, label=f"batch {i}/3")
+               for i, n, c, r in ((1, 2, 2, 0.0), (2, 2, 4, 1.0), (3, 2, 6, 2.0))]
+    mapped, tail = split_tail(entries, lead=1.5)
+    assert [b.index for b in tail.before] == [2] and tail.members == members
+    for u in units[:3]:
+        shutil.copytree(u, landing / u.name)
+    claim_batch(mapped[0])
+    group = store.window("tpch_group", WINDOW)
+    execute_batch(spark, batch_work(group, 1, members=members), backend="spark-submit")
+
+    def land():
+        for u in units[3:]:
+            time.sleep(0.7)
+            shutil.copytree(u, landing / f".{u.name}")
+            (landing / f".{u.name}").rename(landing / u.name)
+
+    lander = threading.Thread(target=land)
+    tail = tail.with_(ready_ts=time.time() + 2.0)
+    lander.start()
+    out = run_tail(spark, group, tail, backend="spark-submit")
+    lander.join()
+    assert list(out["members"]) == list(members)
+    claims = group.claims()
+    assert sum(len(c["units"]) for c in claims.values()) == len(units) and set(claims) == {1, 2, 3}
+    written = [out["members"][q]["written_at"] for q in members]
+    assert written == sorted(written)  # one member's result before the next member's work
+    for q in members:
+        ws = store.window(q, WINDOW)
+        assert ws.claims() == claims and ws.has_partial(2) and not ws.has_partial(3)
+        assert out["members"][q]["batches"] == [1, 2, 3]
+        assert sorted(out["members"][q]["units"]) == sorted(u.name for u in units)
+        cols, ref = duckdb_reference(q, units, tpch_dir / "static")
+        got = read_parquet_dir(ws.result_uri)
+        assert list(got.column_names) == cols and len(ref) > 0
+        assert_same_rows([tuple(r.values()) for r in got.to_pylist()], ref, get_query(q).ordered, q)
+    again = run_tail(spark, group, tail, backend="spark-submit")  # a retry: the same claims, the same results
+    assert group.claims() == claims
+    for q in members:
+        assert again["members"][q]["units"] == out["members"][q]["units"]
+        assert again["members"][q]["revision"] == 1

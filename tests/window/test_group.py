@@ -80,3 +80,31 @@ def test_a_member_adopts_the_group_s_claim_once_and_refuses_another(tmp_path):
         member.adopt_claim(1, other)
     with pytest.raises(ConfigError, match="members"):
         group(tmp_path, {"../x": 10.0})
+
+
+def test_a_fused_tail_merging_earliest_deadline_first_holds_the_plan_to_the_tightest_staggered_deadline(tmp_path):
+    from airflow_iqp.window.group import tail_deadline
+
+    # Each member's merge runs even after one batch (merge_single), as plan_group has it.
+    hint = LinearCost(per_unit=0.05, per_batch=10), LinearFinalAgg(base=5, per_batch=0.5, merge_single=True)
+    by_member = {"q_a": hint, "q_b": hint, "q_c": hint}
+    offsets = {"q_a": 20.0, "q_b": 60.0, "q_c": 100.0}
+    # Each later member adds its step without the start-up (0.05 * 40 + 1) and its merge
+    # of 2 partials (6): q_a may finish 18 s later than its own deadline, q_b 9 s, q_c 0.
+    assert tail_deadline(by_member, offsets, 40, 2) == pytest.approx(min(20 + 18, 60 + 9, 100))
+    assert tail_deadline(by_member, {**offsets, "q_b": 25.0}, 40, 2) == pytest.approx(25 + 9)
+
+    earliest = plan_group(group(tmp_path, offsets), START, START + 240, now=START)
+    fused = plan_group(group(tmp_path, offsets, fuse_tail=True), START, START + 240, now=START)
+    assert earliest.deadline == START + 240 + 20
+    # Held to the staggered deadline its own last batch allows, later than the earliest one,
+    # and so no more batches than the plan held to the earliest deadline.
+    last, k = fused.plan.batches[-1].units, len(fused.plan.batches)
+    assert START + 240 + 20 < fused.deadline <= START + 240 + tail_deadline(by_member, offsets, last, k) + 1e-6
+    assert fused.plan.feasible and k <= len(earliest.plan.batches)
+    assert "each member by its own" in fused.models
+    assert all(b.members == ("q_a", "q_b", "q_c") for b in fused.batches)  # earliest deadline first
+    # Given in another order, the members still run earliest deadline first.
+    again = plan_group(group(tmp_path, {"q_c": 100.0, "q_a": 20.0, "q_b": 60.0}, fuse_tail=True), START,
+                       START + 240, now=START)
+    assert again.batches[0].members == ("q_a", "q_b", "q_c")

@@ -26,11 +26,11 @@ from airflow_iqp.planning.models._cost import (
 )
 from airflow_iqp.planning.models._final_agg import NO_FINAL_AGG, FinalAggCost, LinearFinalAgg, PiecewiseLinearFinalAgg
 from airflow_iqp.planning.models._parse import arrival_from_dict, cost_model_from_dict, final_agg_from_dict
-from airflow_iqp.planning.models._shared import SHARED_FIXED_SHARE, shared_batch_cost, summed_final_agg
+from airflow_iqp.planning.models._shared import SHARED_FIXED_SHARE, shared_batch_cost, shared_step, summed_final_agg
 
 __all__ = [
     "NO_FINAL_AGG", "SHARED_FIXED_SHARE", "TIME_TOL", "UNBOUNDED", "ArrivalModel", "Busy", "CallableCost", "CostModel", "EmpiricalArrival",
     "FinalAggCost", "FixedRate", "LinearCost", "LinearFinalAgg", "PiecewiseLinearCost", "PiecewiseLinearFinalAgg",
     "ProfileArrival", "arrival_from_dict", "cost_model_from_dict", "final_agg_from_dict", "fit_piecewise_linear",
-    "plus_fixed", "scaled", "shared_batch_cost", "summed_final_agg", "within",
+    "plus_fixed", "scaled", "shared_batch_cost", "shared_step", "summed_final_agg", "within",
 ]

@@ -33,6 +33,12 @@ def shared_batch_cost(models: Sequence, fixed_share: float = SHARED_FIXED_SHARE)
     return PiecewiseLinearCost(tuple((x, max(0.0, sum(m.cost(x) for m in models) - saved)) for x in xs))
 
 
+def shared_step(model, units: float, fixed_share: float = SHARED_FIXED_SHARE) -> float:
+    """What one more query adds to a shared batch of ``units`` units: its cost without the
+    start-up the batch pays once (all of it but ``fixed_share``), as in :func:`shared_batch_cost`."""
+    return max(0.0, model.cost(units) - (1 - fixed_share) * _fixed(model))
+
+
 def summed_final_agg(models: Sequence):
     """A group's merges, one query's after another's: their costs for k partials, added."""
     if not models:
