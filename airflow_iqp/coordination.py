@@ -1,4 +1,5 @@
-"""The cross-query gate: queries of one state directory take turns on the cluster, earliest deadline first."""
+"""The cross-query gate: queries of one state directory take turns on the cluster, earliest
+deadline first, or least laxity first for dynamic mode's batches (:func:`turn_key`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ import time
 from contextlib import contextmanager
 from typing import Any
 
+from airflow_iqp.errors import ConfigError
+from airflow_iqp.filecheck import kept_units
 from airflow_iqp.planning.gate import Planned, made_late
+from airflow_iqp.planning.models import cost_model_from_dict, final_agg_from_dict
 from airflow_iqp.store import open_store
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.readiness import BEHIND_POLL_FACTOR, TAIL_POLL_S, fire_at
@@ -32,6 +36,44 @@ def upcoming(batch: Batch) -> list[Batch]:
             continue  # being written
         out += [e for e in entries if (e.deadline_ts, e.query) < key and not e.backfill]
     return out
+
+
+def turn_key(batch: Batch) -> float:
+    """What a batch queues for its turn by, the smallest first: its deadline (EDF), or under
+    ``turn_policy="llf"`` (dynamic mode) its laxity as the window's state has it when the
+    batch asks (section 4.2, eq. 9): the deadline less the work its query has left from
+    this batch on (:func:`work_left`). ``now`` is the same for every waiting batch, and a
+    query's work left does not change while its batch waits, so the order of these keys is
+    the order of the waiting batches' laxities at every pick; unlike a priority weight,
+    which is fixed when the plan is mapped, it counts the units really claimed and left.
+    Keys of the two kinds sort together: a laxity is never later than its deadline, so where
+    queries of one store mix the two, the dynamic-mode batches tend to go first."""
+    if batch.turn_policy == "llf":
+        return batch.deadline_ts - work_left(batch)
+    return batch.deadline_ts
+
+
+def work_left(batch: Batch) -> float:
+    """Expected seconds of work the batch's query has left from this batch on, from its
+    window's state: this batch's claimed units, the window's units no batch has claimed yet
+    in batches of this one's planned size, and the merge of them all, at the window's
+    planned cost models without their ``cost_scale`` (:func:`expected`). The plan entry's
+    ``remaining_cost`` when the window has no stored plan, or claims nothing yet."""
+    ws = batch.window_state()
+    plan, claims = ws.doc("plan") or {}, ws.claims()
+    try:
+        cost, agg = cost_model_from_dict(plan["cost_model"]), final_agg_from_dict(plan["final_agg_model"])
+    except (KeyError, TypeError, ValueError, ConfigError):
+        return expected(batch, batch.remaining_cost)
+    if batch.index not in claims:
+        return expected(batch, batch.remaining_cost)
+    own = len(kept_units(claims[batch.index]))
+    rest = max(0, batch.expected_total - sum(len(c.get("units", [])) for c in claims.values()))
+    size = max(1, batch.units)
+    full, part = divmod(rest, size)
+    done = sum(1 for b, c in claims.items() if c.get("units") and b != batch.index)
+    work = cost.cost(own) + full * cost.cost(size) + (cost.cost(part) if part else 0.0)
+    return expected(batch, work + agg.cost(done + 1 + full + (1 if part else 0)))
 
 
 def expected(entry: Batch, planned: float) -> float:
@@ -61,7 +103,8 @@ def coming(entries: list[Batch], now: float, cost: float) -> list[Planned]:
 def cluster_turn(batch: Batch, slots: int, poll: float = TAIL_POLL_S, sleep: Any = time.sleep, *,
                  planned: float | None = None, until: float | None = None):
     """Run the enclosed Spark work when the batch's turn comes: at most ``slots`` batches at
-    once across the queries of one state directory, the earliest deadline first (EDF).
+    once across the queries of one state directory, the earliest deadline first (EDF), or
+    the least laxity first for dynamic mode's batches (:func:`turn_key`).
 
     For the batches the final tasks of fused tails run (``split_tail``), the last ones all
     ready at their windows' ends: run together they share the cluster and the first
@@ -82,7 +125,7 @@ def cluster_turn(batch: Batch, slots: int, poll: float = TAIL_POLL_S, sleep: Any
     if slots <= 0:
         yield True
         return
-    name = f"{batch.deadline_ts:020.6f}-{batch.query}-{batch.window_id}-{batch.index:04d}"
+    name = f"{turn_key(batch):020.6f}-{batch.query}-{batch.window_id}-{batch.index:04d}"
     earlier = upcoming(batch)
     with open_store(batch.state_dir).turns().queue(name) as ticket:
         taken = False

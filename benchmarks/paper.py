@@ -31,6 +31,39 @@ def load_models(path: str | Path) -> dict:
     return d
 
 
+def models_from_calibration(history: str | Path, backend: str, calibrated_units: int, units: int = 4500,
+                            queries: list[str] | None = None) -> dict:
+    """The scenario's query models from this project's own calibrations: each query's newest
+    ``airflow-iqp calibrate`` fit on ``backend`` in the cost history at ``history``, for a
+    window of ``calibrated_units`` units, stretched to the protocol's ``units`` units over
+    the same data (a batch of n protocol units reads what n * calibrated_units / units of the
+    calibrated ones held). Linear and piecewise-linear fits; ``queries`` (default: every
+    query with a fit), in that order."""
+    fits: dict[str, dict] = {}
+    for line in Path(history).read_text().splitlines():
+        r = json.loads(line) if line.strip() else {}
+        if r.get("kind") == "fit" and r.get("backend") == backend:
+            fits[r["query"]] = r  # the newest last
+    wanted = queries or list(fits)
+    missing = [q for q in wanted if q not in fits]
+    if missing:
+        raise ConfigError(f"{history} has no {backend} fit of {', '.join(missing)}", "queries")
+    stretch = units / calibrated_units
+    return {"units": units, "source": f"airflow-iqp calibrate on {backend}, {calibrated_units} units stretched to "
+                                      f"{units} ({history})",
+            "queries": [{"id": q, "cost": _stretched(fits[q]["cost"], stretch), "final_agg": fits[q]["final_agg"]}
+                        for q in wanted]}
+
+
+def _stretched(model: dict, stretch: float) -> dict:
+    """A batch cost model over units ``stretch`` times as many, each that much smaller."""
+    if model.get("kind") == "linear":
+        return {**model, "per_unit": model["per_unit"] / stretch}
+    if model.get("kind") == "piecewise_linear":
+        return {**model, "points": [[x * stretch, y] for x, y in model["points"]]}
+    raise ConfigError(f"cannot stretch a {model.get('kind')!r} cost model", "cost")
+
+
 #: Figure 9's input rates: FR, the faster VR1 and bursty VR2, and VR3 and VR4, slower
 #: with their last units 20 s and 7 s late.
 FIGURE_9 = {"FR": ("fixed", None), "VR1": ("faster", None), "VR2": ("bursty", None),

@@ -15,6 +15,9 @@ mode). Runs:
 * ``iqp_<f>D``: this project through Airflow (real scheduler, triggerer, LocalExecutor)
   with spark-submit, each query's deadline ``f`` times its D after the window's end;
 * ``iqp_connect_<f>D``: the same on a shared Spark Connect server;
+* ``iqp_dynamic_llf_<f>D``: a DAG per query on Spark Connect in the paper's dynamic mode
+  (``MinBatches()``: δRSF and Cmax at their defaults), one batch at a time on the cluster,
+  the least laxity first, computed by the cluster's gate when each batch asks for its turn;
 * ``iqp_group_<f>D``, ``iqp_group_connect_<f>D``: the same queries as one ``iqp_group`` DAG
   whose batches they share (one job per batch for all of them, and one fused tail that runs
   the last batch and every query's merge), set up as a user would: the backend and the
@@ -135,6 +138,10 @@ CONNECT_AIRFLOW = {"SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "1.0"}
 #: names the backend and the cluster only.
 GROUP_UNSET = ("IQP_MARGIN", "IQP_FUSE_TAIL", "IQP_DISPATCH", "IQP_TAIL_SLOTS", "IQP_COST_SCALE", "IQP_SHARES",
                "IQP_TAIL_LEAD")
+#: A dynamic-mode run's settings (``iqp_dynamic_llf_<f>D``): MinBatches with their defaults,
+#: one batch at a time on the cluster (the paper's executor), least laxity first at the
+#: gate, and each query's last batch run in its final task.
+DYNAMIC_SET = {"IQP_MODE": "dynamic", "IQP_TAIL_SLOTS": "1", "IQP_FUSE_TAIL": "1"}
 #: The least warm-up of a fresh server (:func:`warm_server`), in seconds of its work.
 WARMUP_MIN_S = 60.0
 #: What the preparation measures, kept for ``--reuse-prep``.
@@ -393,9 +400,11 @@ def window_outcome(windows: dict, window_start: float, window_end: float, landed
     return out
 
 
-def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = False, group: bool = False) -> dict:
+def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = False, group: bool = False,
+            dynamic: bool = False) -> dict:
     """One run of this project through Airflow; a ``reference`` run is the one-batch run that measures D;
-    a ``group`` run is one ``iqp_group`` DAG whose batches every query shares (no fused tail)."""
+    a ``group`` run is one ``iqp_group`` DAG whose batches every query shares; a ``dynamic`` run
+    is a DAG per query in the paper's dynamic mode (:data:`DYNAMIC_SET`)."""
     from iqp_dev.local_airflow import airflow_env
 
     run_dir = ctx["work"] / name
@@ -419,10 +428,10 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
            "IQP_TAIL_LEAD": json.dumps({queries[0]: 0.0} if reference else queue_leads(offsets, backend)),
            **({"IQP_MODE": "one_batch"} if reference else {}),
            "AIRFLOW__IQP__STATE_DIR": str(state)}
-    if group:  # no tuning: the backend and the cluster, every other setting the provider's default
+    if group or dynamic:  # no tuning: the backend and the cluster, every other setting the provider's default
         for knob in GROUP_UNSET:
             env.pop(knob, None)
-        env.update(IQP_GROUP="1", IQP_CLUSTER="bench")
+        env.update(IQP_CLUSTER="bench", **({"IQP_GROUP": "1"} if group else DYNAMIC_SET))
     dag_ids = ["iqp_bench_group"] if group else [f"bench_{q}" for q in queries]
     server = ctx["server"] if backend == "spark-connect" else None
     exclude = set() if server else ctx["server_pids"]
@@ -710,10 +719,11 @@ def main(argv=None) -> int:
                 elif name == "availablenow_scheduled":
                     out[name] = run_scheduled(ctx)
                 elif name.startswith("iqp_"):
-                    group = name.startswith("iqp_group_")
+                    group, dynamic = name.startswith("iqp_group_"), name.startswith("iqp_dynamic_llf_")
                     kind = name.removeprefix("iqp_group_" if group else "iqp_")
-                    backend = "spark-connect" if kind.startswith("connect_") else "spark-submit"
-                    out[name] = run_iqp(ctx, name, backend, float(name.rsplit("_", 1)[1].rstrip("D")), group=group)
+                    backend = "spark-connect" if kind.startswith("connect_") or dynamic else "spark-submit"
+                    out[name] = run_iqp(ctx, name, backend, float(name.rsplit("_", 1)[1].rstrip("D")), group=group,
+                                        dynamic=dynamic)
                 else:
                     raise SystemExit(f"unknown run {name!r}")
             except Exception as exc:  # noqa: BLE001 - record and go on with the other runs

@@ -176,3 +176,49 @@ def test_a_batch_is_held_back_only_if_the_query_due_earlier_would_then_finish_la
     assert coming(halved, 117.0, 4.0) == [] and [e.index for e in coming(halved, 117.0, 8.0)] == [2]
     open_store(tmp_path).window("cq1", "w").claim(2, ["000001"], [])
     assert coming(plan, 117.0, 8.0) == []  # claimed: it has its place at the gate
+
+
+def test_a_dynamic_mode_batch_queues_by_its_laxity_from_the_window_s_state(tmp_path):
+    """Under ``turn_policy="llf"`` the gate's key is the deadline less the work the query has
+    left, counted from its claims when the batch asks, not from the plan: a batch that
+    claimed more units than planned leaves fewer batches, and less work, after it."""
+    import pytest
+
+    from airflow_iqp.coordination import cluster_turn, turn_key, work_left
+    from airflow_iqp.errors import ConfigError
+    from airflow_iqp.window.batch import Batch
+
+    store = open_store(tmp_path)
+
+    def batch(query, deadline, total, policy="llf"):
+        ws = store.window(query, "w")
+        ws.write_doc("plan", {"cost_model": {"kind": "linear", "per_unit": 1.0, "per_batch": 1.0},
+                              "final_agg_model": {"kind": "linear", "base": 2.0, "per_batch": 0.0, "merge_single": True}})
+        return make_batch(state_dir=str(tmp_path), query=query, window_id="w", index=1, of=4, units=10,
+                          expected_total=total, deadline_ts=deadline, cost=11.0, remaining_cost=500.0,
+                          last=False, turn_policy=policy)
+
+    a, b = batch("a", 100.0, 40), batch("b", 80.0, 10)
+    store.window("a", "w").claim(1, [f"a{i}" for i in range(10)], [f"/l/a{i}" for i in range(10)])
+    store.window("b", "w").claim(1, [f"b{i}" for i in range(10)], [f"/l/b{i}" for i in range(10)])
+    # a: its 10 units (11 s), 30 left in 3 batches of 10 (33 s), 4 partials merged (2 s).
+    assert work_left(a) == pytest.approx(46.0) and turn_key(a) == pytest.approx(54.0)
+    # b: its 10 units, none left, 1 partial merged. Due earlier, but with more laxity.
+    assert turn_key(b) == pytest.approx(80.0 - 13.0)
+    # EDF queues b first (80 against 100); least laxity first, a (54 against 67).
+    assert turn_key(b.with_(turn_policy="edf")) < turn_key(a.with_(turn_policy="edf"))
+    assert turn_key(a) < turn_key(b)
+    # a claimed 25 units instead: 26 s, then 15 left (11 s + 6 s), 3 partials: 45 s.
+    c = batch("c", 100.0, 40)
+    store.window("c", "w").claim(1, [f"c{i}" for i in range(25)], [f"/l/c{i}" for i in range(25)])
+    assert work_left(c) == pytest.approx(45.0)
+    # Without the window's plan, or before its claim, the plan entry's own remaining cost.
+    assert work_left(batch("d", 100.0, 40).with_(query="e")) == 500.0
+    with cluster_turn(a, slots=1):
+        running = [p.name for p in (tmp_path / "_turns" / "running").iterdir()]
+    assert running == [f"{54.0:020.6f}-a-w-0001"]
+    # The JSON keeps the default out, and refuses what is not a policy.
+    assert "turn_policy" not in a.with_(turn_policy="edf").to_dict()
+    assert Batch.from_dict(a.to_dict()).turn_policy == "llf"
+    with pytest.raises(ConfigError, match="turn_policy"):
+        a.with_(turn_policy="sjf")

@@ -29,6 +29,7 @@ Python: no Spark, no Airflow.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import random
@@ -51,6 +52,13 @@ RETRY_MAX_S = 0.5
 LEASE_DIR = ".lease"
 #: The location's schemes (fsspec's protocol for each): Spark names S3 ``s3a``.
 PROTOCOLS = {"s3": "s3", "s3a": "s3"}
+#: The records of logs this process has read, by their object's URI. A record's object is
+#: written once, under a name no other record has, and never written again, so a process
+#: reads each record once; a later read lists the log and fetches only the names it has not
+#: read. At most :data:`RECORDS_KEPT` are kept (then the cache starts again).
+_RECORDS: dict[str, dict] = {}
+RECORDS_KEPT = 100_000
+_RECORDS_LOCK = threading.Lock()
 
 
 class ObjectStore(StateStore):
@@ -130,11 +138,21 @@ class ObjectStore(StateStore):
 
     def lines(self, key: str) -> list[dict]:
         keys = [f"{key}/{n}" for n in self.names(key) if n.endswith(".json")]
+        uris = {k: f"{self.protocol}://{self._path(k)}" for k in keys}
+        with _RECORDS_LOCK:
+            unread = [k for k in keys if uris[k] not in _RECORDS]
         try:
-            return list(self.get_many(keys).values())  # in name order: the order they were appended
+            got = self.get_many(unread)
         except json.JSONDecodeError as exc:
             field = "cost_history" if key == COST_HISTORY else key
             raise ConfigError(f"{self.uri(key)}: a record is not JSON ({exc})", field=field) from exc
+        with _RECORDS_LOCK:
+            if len(_RECORDS) + len(got) > RECORDS_KEPT:
+                _RECORDS.clear()
+            _RECORDS.update({uris[k]: doc for k, doc in got.items()})
+            known = {k: _RECORDS.get(uris[k], got.get(k)) for k in keys}
+        # In name order: the order they were appended. Copies: the cache's own are never handed out.
+        return [copy.deepcopy(doc) for doc in known.values() if doc is not None]
 
     def uri(self, key: str) -> str:
         return f"s3a://{self._path(key)}"  # Spark's connector for S3

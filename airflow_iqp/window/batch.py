@@ -18,6 +18,8 @@ from airflow_iqp.store import WindowState, open_store
 from airflow_iqp.streams import Stream, as_streams
 
 _NUMBER = (int, float)
+#: The orders the cluster's gate can give a batch's turn by.
+TURN_POLICIES = ("edf", "llf")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,9 @@ class Batch:
     #: a group's shared batch: the queries whose partials it writes, from one read of its
     #: units (``query`` is then the group's id, whose window holds the claim)
     members: tuple[str, ...] = ()
+    #: how the cluster's gate orders its turn (:func:`~airflow_iqp.coordination.turn_key`):
+    #: ``"edf"``, or ``"llf"`` (dynamic mode), its laxity when it asks for the turn
+    turn_policy: str = "edf"
 
     def __post_init__(self):
         check_name(self.query, "batch.query")  # both name state paths, the cluster's turn files too
@@ -67,6 +72,9 @@ class Batch:
             raise ConfigError("a plan entry declares no streams", "batch.streams")
         object.__setattr__(self, "streams", as_streams(self.streams))
         object.__setattr__(self, "members", tuple(check_name(m, "batch.members") for m in self.members))
+        if self.turn_policy not in TURN_POLICIES:
+            raise ConfigError(f"turn_policy must be one of {', '.join(TURN_POLICIES)}, got {self.turn_policy!r}",
+                              "batch.turn_policy")
         if self.index < 1 or self.of < 1:
             raise ConfigError(f"batch index and count must be >= 1, got {self.index}/{self.of}", "batch")
 
@@ -93,6 +101,8 @@ class Batch:
                 if not value:  # a query's own batch: its JSON as before groups
                     continue
                 value = list(value)
+            elif f.name == "turn_policy" and value == "edf":  # the default: its JSON as before
+                continue
             out[f.name] = value
         return out
 

@@ -241,6 +241,9 @@ def _dynamic_entries(cfg: QueryConfig, entries: list[Batch]) -> list[Batch]:
     (``max_units``); a slow stream makes batches fire with fewer units, and the spares
     take the rest at the last batch's latest start. Spares that find nothing to claim skip.
     """
+    # The paper's dynamic mode runs the ready batch of least laxity: the cluster's gate
+    # orders these batches' turns so, from the window's state when each asks (turn_key).
+    entries = [replace(e, turn_policy="llf") for e in entries]
     out = []
     for e in entries[:-1]:
         out.append(replace(e, latest_start_ts=min(e.ready_ts, e.latest_start_ts), max_units=e.units))

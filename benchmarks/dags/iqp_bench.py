@@ -3,7 +3,7 @@
 Configured by environment (the benchmark sets it): IQP_QUERIES (comma-separated ids),
 IQP_BACKEND, IQP_LANDING, IQP_STATIC, IQP_UNITS, IQP_WINDOW_S, IQP_ANCHOR / IQP_END (ISO
 times: the one window), IQP_DEADLINES (JSON: query -> seconds after the window's end),
-IQP_MARGIN (seconds), IQP_MODE ("plan" or "one_batch"), IQP_FUSE_TAIL ("1": the final task
+IQP_MARGIN (seconds), IQP_MODE ("plan", "one_batch" or "dynamic"), IQP_FUSE_TAIL ("1": the final task
 runs the last batch; "0": it does not), IQP_DISPATCH (seconds; unset: learned), IQP_TAIL_SLOTS, IQP_TAIL_LEAD
 (JSON: query -> seconds), IQP_SHARES ("1": plan jointly with the other queries, their
 deadlines IQP_DEADLINES), IQP_CLUSTER (a cluster's name: plan jointly through the store's
@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 from airflow_iqp.dag_factory import iqp_dag, iqp_group
 from airflow_iqp.backends import SparkConnect, SparkSubmit
-from airflow_iqp.options import Alerts, Algorithm1, Arrival, OneBatch
+from airflow_iqp.options import Alerts, Algorithm1, Arrival, MinBatches, OneBatch
 
 
 
@@ -37,6 +37,8 @@ def _cut(mode: str, shares: dict | None = None):
     cost_scale = _seconds("IQP_COST_SCALE")
     if mode == "one_batch":
         return OneBatch(cost_scale=cost_scale)
+    if mode == "dynamic":  # the paper's dynamic mode, δRSF and Cmax at their defaults
+        return MinBatches(cost_scale=cost_scale)
     margin = _seconds("IQP_MARGIN")
     return Algorithm1(cost_scale=cost_scale, shares=shares, **({"margin": margin} if margin is not None else {}))
 

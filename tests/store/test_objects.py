@@ -156,3 +156,27 @@ def test_a_store_opened_after_the_endpoint_changed_reaches_the_new_endpoint(loca
         assert open_store(other).get("here.json") is None
         open_store(other).put("here.json", {"server": 2})
     assert open_store(location).get("here.json") == {"server": 1}
+
+
+def test_a_log_s_records_are_fetched_once_per_process_and_handed_out_as_copies(location, monkeypatch):
+    store = open_store(location)
+    for units in (1, 2, 3):
+        store.record_cost(query="q", kind="batch", units=units, batches=1, wall_seconds=1.0)
+    fetched: list[str] = []
+    get_many = ObjectStore.get_many
+
+    def counting(self, keys):
+        fetched.extend(keys)
+        return get_many(self, keys)
+
+    monkeypatch.setattr(ObjectStore, "get_many", counting)
+    assert [r["units"] for r in store.cost_history("q")] == [1, 2, 3]
+    assert len(fetched) == 3
+    store.record_cost(query="q", kind="final", units=3, batches=2, wall_seconds=2.0)
+    again = open_store(location)  # another store object in the same process: the same records
+    assert [(r["kind"], r["units"]) for r in again.cost_history("q")] == [("batch", 1), ("batch", 2), ("batch", 3),
+                                                                       ("final", 3)]
+    assert len(fetched) == 4  # only the new record was read
+    records = again.cost_history("q")
+    records[0]["units"] = 99  # a caller's change does not reach the next reader
+    assert again.cost_history("q", kind="batch")[0]["units"] == 1

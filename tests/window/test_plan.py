@@ -169,6 +169,10 @@ def test_dynamic_mode_maps_minbatches_then_spares_that_skip(tmp_path):
     assert first.latest_start_ts == first.ready_ts
     assert batch_ready(first, first.ready_ts, arrived=3) == "time"
     assert entries[-1].last and not any(e.last for e in entries[:-1])
+    # Least laxity first at the cluster's gate, as the paper's dynamic mode runs them.
+    assert {e.turn_policy for e in entries} == {"llf"}
+    assert {e.turn_policy for e in plan_window(cfg(tmp_path), START, START + 240, START + 600, now=START).batches} \
+        == {"edf"}
     # Everything arrives: the planned batches claim it all, the spares find nothing.
     land(tmp_path / "landing", 240)
     for e in entries:
