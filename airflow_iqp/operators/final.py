@@ -101,8 +101,7 @@ class FinalOperator(OnBackend, BaseOperator):
         kind = "late" if late else "final"
         accounting.record_attempt(ws, kind, context["ti"])
         if self.group and not late:  # the group's claims of its shared batches are this query's too
-            for index, claim in state.window(self.group, context["data_interval_start"].timestamp()).claims().items():
-                ws.adopt_claim(index, claim)
+            ws.adopt_claims(state.window(self.group, context["data_interval_start"].timestamp()).claims())
         if self.merged:
             if ws.manifest() is None:
                 raise DataError(f"{ws.location}: group {self.group}'s final task wrote no result for {self.query}; "

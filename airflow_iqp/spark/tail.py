@@ -95,10 +95,10 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
 
     store = group.store
     windows = {m: store.window(m, group.window_id) for m in members}
+    claims = group.claims()  # read once for every member
     for ws in windows.values():
-        for index, claim in group.claims().items():
-            ws.adopt_claim(index, claim)
-    claim = group.claim_of(tail_batch) or {}
+        ws.adopt_claims(claims)
+    claim = claims.get(tail_batch) or {}
     files = files_to_read(claim)  # the units quarantined when claimed are left out
     saved = {m: load_query(m, store) for m in members}
     out: dict = {}

@@ -218,6 +218,12 @@ class WindowState:
                              f"group's")
         return existing
 
+    def adopt_claims(self, claims: dict[int, dict]) -> None:
+        """Take each of a group's ``claims`` (:meth:`claims` of its window) as this window's
+        own (:meth:`adopt_claim`)."""
+        for batch, claim in claims.items():
+            self.adopt_claim(batch, claim)
+
     def _claim_key(self, batch: int) -> str:
         return self._key("claims", f"{batch_name(batch)}.json")
 

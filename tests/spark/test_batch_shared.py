@@ -98,7 +98,6 @@ def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merg
     land, read once, and merged into each member's result, earliest deadline first; no
     member's partial of it is written. A retry writes the same results from the same claims."""
     import shutil
-    import threading
     import time
 
     from airflow_iqp.inputs.tpch import streams_at
@@ -106,6 +105,7 @@ def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merg
     from airflow_iqp.spark.tail import run_tail
     from airflow_iqp.window.readiness import claim_batch, split_tail
     from tests.support.batches import make_batch
+    from tests.support.landing import land_later
     from tests.support.reference import duckdb_reference
 
     landing, state = tmp_path / "landing", tmp_path / "state"
@@ -130,15 +130,8 @@ def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merg
     group = store.window("tpch_group", WINDOW)
     execute_batch(spark, batch_work(group, 1, members=members), backend="spark-submit")
 
-    def land():
-        for u in units[3:]:
-            time.sleep(0.7)
-            shutil.copytree(u, landing / f".{u.name}")
-            (landing / f".{u.name}").rename(landing / u.name)
-
-    lander = threading.Thread(target=land)
     tail = tail.with_(ready_ts=time.time() + 2.0)
-    lander.start()
+    lander = land_later(units[3:], landing)
     out = run_tail(spark, group, tail, backend="spark-submit")
     lander.join()
     assert list(out["members"]) == list(members)

@@ -186,12 +186,12 @@ def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_u
     """``run_tail`` with ``before``: the final task, started early, runs batch 2 when its units
     are in and batch 3 (with the merge) when the window's last units land, from a real
     landing directory; with a gate (``slots=1``) the last batch's ``turn_ts`` does not hold it."""
-    import threading
     import time
 
     from airflow_iqp.spark.tail import run_tail
     from airflow_iqp.window.readiness import claim_batch, split_tail
     from tests.support.batches import make_batch
+    from tests.support.landing import land_later
 
     qid, static = "cq3", str(tpch_dir / "static")
     landing, state = tmp_path / "landing", tmp_path / "state"
@@ -211,17 +211,10 @@ def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_u
     ws = tpch_window(state, qid, "w")
     execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)
 
-    def land():  # the rest arrives while the final task waits
-        for u in units[3:]:
-            time.sleep(0.7)
-            shutil.copytree(u, landing / f".{u.name}")
-            (landing / f".{u.name}").rename(landing / u.name)
-
-    lander = threading.Thread(target=land)
     # The last batch may claim 2 s from now: batch 2, reached before then, runs on its own
     # (reached after it, it would leave its units to the last batch: fold_into_tail).
     tail = tail.with_(ready_ts=time.time() + 2.0)
-    lander.start()
+    lander = land_later(units[3:], landing)  # the rest arrives while the final task waits
     t0 = time.time()
     manifest = run_tail(spark, ws, tail, slots=1, backend=BACKEND)
     lander.join()

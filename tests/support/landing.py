@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -33,3 +35,17 @@ def land(batch: Batch, *numbers: int) -> None:
         tmp = landing / f".{n:06d}.csv.tmp"
         tmp.write_text("id\n1\n")
         tmp.rename(landing / f"{n:06d}.csv")
+
+
+def land_later(units: list[Path], landing: Path, every: float = 0.7) -> threading.Thread:
+    """Publish unit directories into ``landing`` from a thread, one each ``every`` seconds,
+    each copied under a hidden name and renamed into place; the thread, started."""
+    def publish():
+        for u in units:
+            time.sleep(every)
+            shutil.copytree(u, landing / f".{u.name}")
+            (landing / f".{u.name}").rename(landing / u.name)
+
+    lander = threading.Thread(target=publish)
+    lander.start()
+    return lander
