@@ -73,6 +73,9 @@ for log in "$LIVE_LOG" "$ALONE_LOG"; do
         tail -n 1 "$log"
     fi
 done
+# The first line of each failure, last: a failure's message may carry pages of logs.
+echo "==== what failed or errored, a line each ===="
+grep -hE "^(FAILED|ERROR) " "$REST_LOG" "$LIVE_LOG" "$ALONE_LOG" | cut -c1-400 || true
 echo "==== airflow suites: exit $live; the rest: exit $rest_rc; the suites alone: exit $alone ===="
 for rc in "$live" "$rest_rc" "$alone"; do
     if [ "$rc" -ne 0 ]; then exit "$rc"; fi

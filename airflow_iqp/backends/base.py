@@ -79,6 +79,11 @@ class Backend:
     #: Whether every job starts a Spark application of its own (a JVM), so that a merge run
     #: in the last batch's job (a fused tail) saves one start-up.
     job_startup: ClassVar[bool]
+    #: The share of each query's fixed cost per batch that a group's shared batch pays again
+    #: for every query beyond the one with the largest (``planning.models.shared_batch_cost``):
+    #: small where that cost is mostly the job's start-up, which the group pays once; whole
+    #: where it is each query's own Spark jobs (planning, scheduling, the partial's commit).
+    group_fixed_share: ClassVar[float]
     #: Whether every mapped batch takes a turn on the cluster (``tail_slots``). A batch whose
     #: job starts its own JVM would hold its turn through that start, so on such a backend
     #: only fused tails take turns.

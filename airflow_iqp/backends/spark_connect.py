@@ -36,6 +36,11 @@ class SparkConnect(Backend):
     default_cost: ClassVar[Mapping[str, Any]] = {"kind": "linear", "per_unit": 0.1, "per_batch": 3.0}
     default_final_agg: ClassVar[Mapping[str, Any]] = {"kind": "linear", "base": 3.0, "per_batch": 0.2}
     job_startup: ClassVar[bool] = False
+    # On a warm server a calibrated batch's fixed cost is its own Spark jobs' (planning,
+    # scheduling, the partial's commit): each query of a shared batch pays it again. The
+    # default hint's start-up (mostly Airflow starting the task) is then counted once per
+    # query too, which errs towards earlier batches until the group has a cost history.
+    group_fixed_share: ClassVar[float] = 1.0
     mapped_batches_take_turns: ClassVar[bool] = True
     # Opening a session on a warm server; no JVM starts.
     timeout_overhead: ClassVar[float] = 15.0

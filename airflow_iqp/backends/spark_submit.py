@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 from airflow_iqp._values import _set
 from airflow_iqp.backends.base import TAIL_LEAD_S, Backend, CalibrationRunner, Runner
 from airflow_iqp.errors import ConfigError, DataError
+from airflow_iqp.planning.models import SHARED_FIXED_SHARE
 
 if TYPE_CHECKING:
     from airflow_iqp.store import WindowState
@@ -45,6 +46,8 @@ class SparkSubmit(Backend):
     default_cost: ClassVar[Mapping[str, Any]] = {"kind": "linear", "per_unit": 0.25, "per_batch": 20.0}
     default_final_agg: ClassVar[Mapping[str, Any]] = {"kind": "linear", "base": 20.0, "per_batch": 0.5}
     job_startup: ClassVar[bool] = True
+    # A batch's fixed cost is mostly its JVM's start, which a shared batch pays once.
+    group_fixed_share: ClassVar[float] = SHARED_FIXED_SHARE
     mapped_batches_take_turns: ClassVar[bool] = False
     # A JVM and a Spark session start for every task.
     timeout_overhead: ClassVar[float] = 60.0

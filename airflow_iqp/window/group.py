@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from airflow_iqp.backends.base import Backend
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.models import shared_batch_cost, shared_step, summed_final_agg
 from airflow_iqp.window.batch import Batch
@@ -47,14 +48,15 @@ def plan_group(cfg: QueryConfig, window_start: float, window_end: float, now: fl
     members = {m: member_config(cfg, m) for m in order}
     by_member = {m: own_models(c) for m, c in members.items()}
     models = list(by_member.values())
+    share = Backend.named(cfg.backend, "backend").group_fixed_share
     # Each member's merge runs even after a single batch.
     merges = {m: (c, replace(a, merge_single=True)) for m, (c, a) in by_member.items()}
-    group = replace(cfg, cost_hint=shared_batch_cost([c for c, _a in models]).to_dict(),
+    group = replace(cfg, cost_hint=shared_batch_cost([c for c, _a in models], share).to_dict(),
                     final_agg_hint=summed_final_agg([a for _c, a in models]).to_dict())
     first = min(cfg.members.values())
     shared = plan_window(group, window_start, window_end, window_end + first, now)
     if cfg.fuse_tail and not shared.backfill:
-        shared = _tail_plan(group, shared, merges, window_start, window_end, now)
+        shared = _tail_plan(group, shared, merges, share, window_start, window_end, now)
     apart = {m: plan_window(c, window_start, window_end, window_end + cfg.members[m], now)
              for m, c in members.items()}
     apart_cost = sum(wp.plan.total_cost for wp in apart.values())
@@ -75,7 +77,7 @@ def plan_group(cfg: QueryConfig, window_start: float, window_end: float, now: fl
 TAIL_DEADLINE_ROUNDS = 3
 
 
-def tail_deadline(by_member: dict, offsets: dict, units: int, partials: int) -> float:
+def tail_deadline(by_member: dict, offsets: dict, units: int, partials: int, share: float) -> float:
     """The deadline offset that a fused tail's plan, with the members' summed costs, is held
     to so that every member meets its own: the tail's job runs the last batch's ``units``
     and merges ``partials`` partials for one member after another, earliest deadline first
@@ -83,16 +85,17 @@ def tail_deadline(by_member: dict, offsets: dict, units: int, partials: int) -> 
     is written before the members after it work. The summed plan finishing by
     ``min_i(offset_i + after_i)``, where ``after_i`` is what the members after i add, has
     every member finish by its own offset. ``after_i`` counts each later member's batch
-    step without the start-up the job pays once (:func:`~airflow_iqp.planning.models.shared_step`) and
-    its merge, both unscaled: the learned margins make the plan's costs larger, never these.
+    step with ``share`` of its start-up (:func:`~airflow_iqp.planning.models.shared_step`, the
+    backend's ``group_fixed_share``) and its merge, both unscaled: the learned margins make
+    the plan's costs larger, never these.
     """
     order = list(by_member)
-    step = {m: shared_step(c, units) + a.cost(partials) for m, (c, a) in by_member.items()}
+    step = {m: shared_step(c, units, share) + a.cost(partials) for m, (c, a) in by_member.items()}
     return min(offsets[m] + sum(step[n] for n in order[i + 1:]) for i, m in enumerate(order))
 
 
-def _tail_plan(group: QueryConfig, shared: WindowPlan, by_member: dict, window_start: float, window_end: float,
-               now: float | None) -> WindowPlan:
+def _tail_plan(group: QueryConfig, shared: WindowPlan, by_member: dict, share: float, window_start: float,
+               window_end: float, now: float | None) -> WindowPlan:
     """The shared plan of a group with a fused tail, held to :func:`tail_deadline` rather
     than to the earliest member's deadline: planned again until the deadline it was
     planned against is one its own last batch allows (each round's plan has a last batch at
@@ -102,13 +105,13 @@ def _tail_plan(group: QueryConfig, shared: WindowPlan, by_member: dict, window_s
     for _ in range(TAIL_DEADLINE_ROUNDS):
         plan = best.plan
         allowed = tail_deadline(by_member, group.members, plan.batches[-1].units if plan.batches else 0,
-                                len(plan.batches))
+                                len(plan.batches), share)
         if allowed <= offset + 1e-6:
             break
         wp = plan_window(group, window_start, window_end, window_end + allowed, now)
         if not wp.plan.batches:
             break
-        again = tail_deadline(by_member, group.members, wp.plan.batches[-1].units, len(wp.plan.batches))
+        again = tail_deadline(by_member, group.members, wp.plan.batches[-1].units, len(wp.plan.batches), share)
         if again + 1e-6 < allowed:  # its last batch is smaller: the deadline it had does not hold for it
             break
         best, offset = wp, allowed
@@ -129,8 +132,8 @@ def _share(shared: WindowPlan, apart_cost: float, apart_met: bool) -> tuple[bool
         return False, (f"the shared batches must be done by {clock(shared.deadline)} and cannot; "
                        f"apart, each query would meet its own")
     if shared.plan.feasible and apart_met:
-        return False, (f"sharing costs {cost:.1f} s of planned work against {apart_cost:.1f} s apart: the deadlines "
-                       f"are far apart, and the later-due queries' batches would be larger on their own")
+        return False, (f"sharing costs {cost:.1f} s of planned work against {apart_cost:.1f} s apart: the "
+                       f"later-due queries would run fewer, larger batches on their own")
     return True, f"{cost:.1f} s of planned work against {apart_cost:.1f} s apart, and apart misses a deadline too"
 
 

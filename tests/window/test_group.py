@@ -39,6 +39,20 @@ def test_a_group_s_batch_pays_one_start_up_and_every_query_s_work_per_unit():
         shared_batch_cost([])
 
 
+def test_on_spark_connect_a_shared_batch_pays_every_query_s_start_up_and_says_so_when_apart_is_cheaper(tmp_path):
+    # spark-submit: a batch's fixed cost is mostly its JVM's start, paid once by the group;
+    # Spark Connect: each query's own Spark jobs, paid again by every query in the batch.
+    members = {"q_a": 60.0, "q_b": 60.0, "q_c": 90.0}
+    plans = {b: plan_group(group(tmp_path / b, members, backend=b, cost_scale=1.0, dispatch=0.0), START, START + 240,
+                           now=START) for b in ("spark-submit", "spark-connect")}
+    for backend, share in (("spark-submit", 0.1), ("spark-connect", 1.0)):
+        for b in plans[backend].plan.batches:
+            assert b.cost == pytest.approx(10 + 2 * share * 10 + 3 * 0.05 * b.units)
+    assert plans["spark-submit"].advice == ""
+    connect = plans["spark-connect"]
+    assert "fewer, larger batches on their own" in connect.models and connect.advice.startswith("give q_c")
+
+
 def test_queries_due_together_share_batches_and_each_final_sees_them_all(tmp_path):
     cfg = group(tmp_path, {"q_a": 60.0, "q_b": 60.0, "q_c": 90.0})
     wp = plan_group(cfg, START, START + 240, now=START, store=True)
@@ -57,7 +71,7 @@ def test_deadlines_far_apart_say_before_any_data_moves_that_queries_apart_would_
     # queries' work in it and their merges one after another; apart, only q_a's must.
     cfg = group(tmp_path, {"q_a": 40.0, "q_b": 3000.0, "q_c": 3000.0})
     wp = plan_group(cfg, START, START + 240, now=START, store=True)
-    assert "apart, each query would meet its own" in wp.models or "the deadlines are far apart" in wp.models
+    assert "apart, each query would meet its own" in wp.models or "fewer, larger batches on their own" in wp.models
     assert wp.advice == "give q_b, q_c DAGs of their own (iqp_dag), or the group a later deadline"
     assert wp.advice in wp.models
     # The batches stay shared (every final task waits for them): each query's are all of them.
@@ -91,8 +105,10 @@ def test_a_fused_tail_merging_earliest_deadline_first_holds_the_plan_to_the_tigh
     offsets = {"q_a": 20.0, "q_b": 60.0, "q_c": 100.0}
     # Each later member adds its step without the start-up (0.05 * 40 + 1) and its merge
     # of 2 partials (6): q_a may finish 18 s later than its own deadline, q_b 9 s, q_c 0.
-    assert tail_deadline(by_member, offsets, 40, 2) == pytest.approx(min(20 + 18, 60 + 9, 100))
-    assert tail_deadline(by_member, {**offsets, "q_b": 25.0}, 40, 2) == pytest.approx(25 + 9)
+    assert tail_deadline(by_member, offsets, 40, 2, 0.1) == pytest.approx(min(20 + 18, 60 + 9, 100))
+    assert tail_deadline(by_member, {**offsets, "q_b": 25.0}, 40, 2, 0.1) == pytest.approx(25 + 9)
+    # Where each member pays its whole start-up (Spark Connect), each adds 9 s more.
+    assert tail_deadline(by_member, offsets, 40, 2, 1.0) == pytest.approx(min(20 + 2 * 18, 60 + 18, 100))
 
     earliest = plan_group(group(tmp_path, offsets), START, START + 240, now=START)
     fused = plan_group(group(tmp_path, offsets, fuse_tail=True), START, START + 240, now=START)
@@ -100,7 +116,7 @@ def test_a_fused_tail_merging_earliest_deadline_first_holds_the_plan_to_the_tigh
     # Held to the staggered deadline its own last batch allows, later than the earliest one,
     # and so no more batches than the plan held to the earliest deadline.
     last, k = fused.plan.batches[-1].units, len(fused.plan.batches)
-    assert START + 240 + 20 < fused.deadline <= START + 240 + tail_deadline(by_member, offsets, last, k) + 1e-6
+    assert START + 240 + 20 < fused.deadline <= START + 240 + tail_deadline(by_member, offsets, last, k, 0.1) + 1e-6
     assert fused.plan.feasible and k <= len(earliest.plan.batches)
     assert "each member by its own" in fused.models
     assert all(b.members == ("q_a", "q_b", "q_c") for b in fused.batches)  # earliest deadline first
