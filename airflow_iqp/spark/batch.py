@@ -89,10 +89,11 @@ def _fixed_root(path: str) -> str:
     return path if cut < 0 else path[:cut].rsplit("/", 1)[0]
 
 
-def execute_batch(spark, work: dict, *, backend: str, history: bool = True) -> dict:
-    """Run one batch end to end in ``spark``: compute, write, record. Returns the metrics."""
+def execute_batch(spark, work: dict, *, backend: str, history: bool = True, stop=None) -> dict:
+    """Run one batch end to end in ``spark``: compute, write, record. Returns the metrics.
+    ``stop``: see :func:`execute_shared_batch` (a group's batch only)."""
     if work.get("members"):
-        return execute_shared_batch(spark, work, backend=backend, history=history)
+        return execute_shared_batch(spark, work, backend=backend, history=history, stop=stop)
     ws = open_store(work["store"]).window(work["query"], work["window"])
     saved = load_query(work["query"], ws.store)
     query = saved.query
@@ -131,12 +132,20 @@ def _columns_unknown(saved: Saved, record) -> bool:
                for s in saved.streams if s.name in saved.query.streams)
 
 
-def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = True) -> dict:
+def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = True, stop=None) -> dict:
     """A group's batch: its units read once (cached), and each member query's partial
     written into that query's window, whose claim of the batch is the group's
     (:meth:`~airflow_iqp.store.WindowState.adopt_claim`), before its partial is written.
     The group's window gets the batch's metrics, and the group's cost history its cost:
-    every member's step together, from the group's claim to the last partial written."""
+    every member's step together, from the group's claim to the last partial written.
+
+    ``stop()``, asked before each member's step, hands the rest over: once it is true, the
+    members left get no partial of this batch (``metrics["left"]`` names them), and a
+    group's fused tail computes their step on these units with its last batch's, earliest
+    deadline first (:func:`airflow_iqp.spark.tail.execute_group_tail`). A batch handed
+    over records no cost history: its cost is not every member's. With ``stop`` (in a
+    fused tail), a member whose partial an earlier attempt wrote is not computed again;
+    without it, a retry writes every member's partial again."""
     store = open_store(work["store"])
     group = store.window(work["query"], work["window"])
     claim = group.claim_of(work["batch"])
@@ -152,11 +161,16 @@ def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = Tru
     if work["claimed"] and not units:  # every unit quarantined when claimed: nothing to compute
         return {"query": group.query_id, "batch": work["batch"], "units": 0, "unit_ids": [], "members": list(members),
                 "quarantined": work["quarantined"], "wall_seconds": 0.0, "written_at": None}
-    per_member = {}
+    per_member, left = {}, []
     with StepMeter(spark) as meter:
         inspection, tables = read_shared(spark, group, members, files, work["checked"])
         try:
             for m, saved in members.items():
+                if stop is not None and windows[m].has_partial(work["batch"]):
+                    continue
+                if left or (stop is not None and stop()):
+                    left.append(m)
+                    continue
                 t0 = time.time()
                 df = partial_of(spark, saved, tables, work["static"] or None)
                 uri = windows[m].write_partial(work["batch"], parquet_writer(df, before_commit=_pause_hook))
@@ -178,9 +192,10 @@ def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = Tru
             "written_at": done["written_at"]})
     metrics = {**base, "query": group.query_id, "members": list(members), "wall_seconds": meter.wall_seconds,
                "cpu_seconds": meter.cpu_seconds, "task_seconds": meter.task_seconds,
-               "written_at": max(d["written_at"] for d in per_member.values())}
+               "written_at": max((d["written_at"] for d in per_member.values()), default=time.time()),
+               **({"left": left} if left else {})}
     group.write_metrics(work["batch"], metrics)
-    if history:
+    if history and not left and len(per_member) == len(members):
         record_batch_cost(group, metrics, work["claimed_at"], backend)
     return metrics
 

@@ -22,17 +22,19 @@ from airflow_iqp.store import WindowState
 from airflow_iqp.window.accounting import merge_span, record_merge_cost
 
 
-def check_coverage(ws: WindowState, expect_units: int | None = None, computing: int | None = None) -> dict:
+def check_coverage(ws: WindowState, expect_units: int | None = None,
+                   computing: int | tuple[int, ...] | None = None) -> dict:
     """The partials of a window and the units/files they cover (a claim's quarantined units
     are in none); raises DataError on a gap or overlap.
 
-    ``computing``: a claimed batch whose partial this job computes itself (a fused tail's)
-    and that counts as covered although its partial is not written yet.
+    ``computing``: the claimed batch or batches whose partial this job computes itself (a
+    fused tail's) and that count as covered although their partials are not written.
     """
     claims = {b: {**m, "units": kept_units(m), "files": files_to_read(m)} for b, m in ws.claims().items()}
     partials = ws.written_partials()
-    if computing is not None and computing in claims:
-        partials.setdefault(computing, ws.partial_uri(computing))
+    for b in tail_batches(computing):
+        if b in claims:
+            partials.setdefault(b, ws.partial_uri(b))
     # A batch that found nothing to claim (its claim is empty), or whose every unit was
     # quarantined when it claimed, has no partial, and needs none.
     missing = sorted({b for b, m in claims.items() if m.get("units") or m.get("files")} - set(partials))
@@ -101,7 +103,8 @@ def execute_final(spark, ws: WindowState, *, backend: str, expect_units: int | N
     """Merge a window's partials into its result; return the result manifest.
 
     ``tail``: ``(batch, partial DataFrame)`` of a claimed batch whose partial is not written
-    yet (a fused tail's): it is merged with the written ones in the same Spark job;
+    yet (a fused tail's), or ``((batch, ...), DataFrame)`` of several, computed together:
+    it is merged with the written ones in the same Spark job;
     ``tail_rows_in``, its input rows, if known (for :func:`merge_rows_estimate`).
     ``written``: those written ones as read ahead by ``tail.read_written`` (used with a
     ``tail`` only, and only if they are still the window's partials). ``quarantined``:
@@ -112,7 +115,8 @@ def execute_final(spark, ws: WindowState, *, backend: str, expect_units: int | N
     saved = load_query(ws.query_id, ws.store)
     query = saved.query
     cover = check_coverage(ws, expect_units, computing=tail[0] if tail else None)
-    paths = [p for p in cover["partials"] if not tail or p != ws.partial_uri(tail[0])]
+    computed = {ws.partial_uri(b) for b in tail_batches(tail[0] if tail else None)}
+    paths = [p for p in cover["partials"] if p not in computed]
     rows_estimate = merge_rows_estimate(ws, paths, tail_rows_in, tail=bool(tail))
     with StepMeter(spark) as meter:
         if tail:
@@ -139,6 +143,13 @@ def execute_final(spark, ws: WindowState, *, backend: str, expect_units: int | N
     if merge:
         record_merge_cost(ws, manifest, len(cover["units"]))
     return manifest
+
+
+def tail_batches(batches: int | tuple[int, ...] | None) -> tuple[int, ...]:
+    """A fused tail's batch or batches (``execute_final``'s ``tail[0]``), as a tuple."""
+    if batches is None:
+        return ()
+    return (batches,) if isinstance(batches, int) else tuple(batches)
 
 
 def quarantined_units(ws: WindowState, batches, more=None) -> list[dict]:

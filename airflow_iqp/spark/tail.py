@@ -22,13 +22,13 @@ import time
 from airflow_iqp.coordination import cluster_turn
 from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units, unit_of
 from airflow_iqp.query.store import load_query
-from airflow_iqp.spark.batch import batch_work, execute_batch
+from airflow_iqp.spark.batch import batch_work, execute_batch, read_shared
 from airflow_iqp.spark.merge import execute_final, merge_rows_estimate
 from airflow_iqp.spark.steps import parquet_writer, partial_of, run_batch, run_final
 from airflow_iqp.store import WindowState
 from airflow_iqp.streams import stream_of
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.readiness import fold_into_tail, wait_and_claim
+from airflow_iqp.window.readiness import batch_ready, fold_into_tail, wait_and_claim
 
 
 def read_written(spark, ws: WindowState, earlier: dict | None = None) -> dict | None:
@@ -80,7 +80,8 @@ def execute_tail(spark, ws: WindowState, tail_batch: int | None, static: str | d
 
 
 def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tuple[str, ...],
-                       static: str | dict | None, *, backend: str, history: bool = True) -> dict:
+                       static: str | dict | None, *, backend: str, history: bool = True,
+                       before: tuple[int, ...] = ()) -> dict:
     """A group's fused tail: its last batch, claimed once by the group, and every member's
     merge, in one Spark job. Each member first takes the group's claims as its own
     (:meth:`~airflow_iqp.store.WindowState.adopt_claim`), so that its merge checks every
@@ -88,37 +89,58 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     member after another in the order given (earliest deadline first), that member's step
     on them is merged with its written partials into its result, as :func:`execute_tail`
     does for one query: a member's result is written before the next member's work starts,
-    and no member's partial of the last batch is written. A retry claims nothing again and
-    writes each result again from the same claims: no unit is counted twice. Returns
-    ``{"members": {member: its result manifest}}``."""
-    from airflow_iqp.spark.batch import read_shared
+    and no member's partial of the last batch is written.
 
+    ``before``: the tail's earlier batches. One that claimed but has no partial of a
+    member's (a shared batch handed over when the last batch could claim,
+    :func:`~airflow_iqp.spark.batch.execute_shared_batch`'s ``stop``) is read once too, and
+    that member's step runs on its units with the last batch's: a member due earlier does
+    not wait for the steps of members due later. A retry claims nothing again and writes
+    each result again from the same claims: no unit is counted twice. Returns
+    ``{"members": {member: its result manifest}}``."""
     store = group.store
     windows = {m: store.window(m, group.window_id) for m in members}
     claims = group.claims()  # read once for every member
     for ws in windows.values():
         ws.adopt_claims(claims)
-    claim = claims.get(tail_batch) or {}
-    files = files_to_read(claim)  # the units quarantined when claimed are left out
     saved = {m: load_query(m, store) for m in members}
+    # Each member's batches to compute here: the last, and those handed over without its partial.
+    todo = {m: tuple(b for b in (*before, tail_batch) if files_to_read(claims.get(b) or {})
+                     and not windows[m].has_partial(b)) for m in members}
     out: dict = {}
-    tables: dict = {}
+    read: dict = {}  # batch -> (inspection, {stream: DataFrame}), each read once
     try:
-        inspection = None
-        if files:
-            inspection, tables = read_shared(spark, group, saved, files, claim.get("checked"))
+        for b in dict.fromkeys(b for batches in todo.values() for b in batches):
+            claim = claims[b]
+            read[b] = read_shared(spark, group, saved, files_to_read(claim), claim.get("checked"))
         for m in members:
-            tail = None
-            if inspection is not None and not windows[m].has_partial(tail_batch):
-                tail = (tail_batch, partial_of(spark, saved[m], tables, static))
+            tail, bad, rows_in = None, [], None
+            if todo[m]:
+                parts = [read[b] for b in todo[m]]
+                tables = _union_tables([t for _i, t in parts])
+                computing = todo[m][0] if todo[m] == (tail_batch,) else todo[m]
+                tail = (computing, partial_of(spark, saved[m], tables, static))
+                bad = [q for i, _t in parts for q in i.quarantined]
+                counts = [_rows_in(i) for i, _t in parts]
+                rows_in = None if None in counts else sum(counts)
             out[m] = execute_final(spark, windows[m], backend=backend, history=history, tail=tail,
-                                   quarantined=inspection.quarantined if inspection else [],
-                                   tail_rows_in=_rows_in(inspection) if inspection else None)
-            print(f"airflow-iqp final_job: {m}: wrote {out[m]['result']}", flush=True)
+                                   quarantined=bad, tail_rows_in=rows_in)
+            print(f"airflow-iqp final_job: {m}: wrote {out[m]['result']}"
+                  + (f" (its step on batches {list(todo[m])})" if len(todo[m]) > 1 else ""), flush=True)
     finally:
-        for df in tables.values():
-            df.unpersist()
+        for _i, tables in read.values():
+            for df in tables.values():
+                df.unpersist()
     return {"members": out}
+
+
+def _union_tables(parts: list[dict]) -> dict:
+    """Several batches' ``{stream: DataFrame}``, one DataFrame per stream."""
+    out: dict = {}
+    for tables in parts:
+        for name, df in tables.items():
+            out[name] = out[name].unionByName(df) if name in out else df
+    return out
 
 
 def _rows_in(inspection) -> int | None:
@@ -151,13 +173,15 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
             print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch",
                   flush=True)
             continue
-        _run_batch_in_turn(spark, ws, entry, slots, backend, history)
+        # A group's batch hands its members left over to the tail once the last batch may claim.
+        stop = (lambda: batch_ready(tail, time.time()) is not None) if tail.members else None
+        _run_batch_in_turn(spark, ws, entry, slots, backend, history, stop)
     if tail.members:
         claim = wait_and_claim(tail)
         print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
         with cluster_turn(tail, slots, planned=tail.remaining_cost):
             return execute_group_tail(spark, ws, tail.index, tail.members, tail.static or None, backend=backend,
-                                      history=history)
+                                      history=history, before=tuple(e.index for e in tail.before))
     ahead = [read_written(spark, ws)]
     rehearse_tail(spark, ws, tail, slots, ahead[0])
 
@@ -222,8 +246,10 @@ def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0,
     return seconds
 
 
-def _run_batch_in_turn(spark, ws: WindowState, entry: Batch, slots: int, backend: str, history: bool) -> None:
-    """One batch of a fused tail before the last: claimed when ready, run in its turn into its partial."""
+def _run_batch_in_turn(spark, ws: WindowState, entry: Batch, slots: int, backend: str, history: bool,
+                       stop=None) -> None:
+    """One batch of a fused tail before the last: claimed when ready, run in its turn into
+    its partial (a group's: its members' partials, until ``stop()``)."""
     claim = wait_and_claim(entry)
     if not claim["units"]:
         print(f"airflow-iqp final_job: {entry.label}: nothing to claim", flush=True)
@@ -234,6 +260,7 @@ def _run_batch_in_turn(spark, ws: WindowState, entry: Batch, slots: int, backend
         return
     with cluster_turn(entry, slots):
         metrics = execute_batch(spark, batch_work(ws, entry.index, entry.static, entry.members), backend=backend,
-                                history=history)
-    print(f"airflow-iqp final_job: {entry.label}: {metrics['units']} units in {metrics['wall_seconds']:.1f} s",
+                                history=history, stop=stop)
+    left = f"; handed {', '.join(metrics['left'])} over to the last batch" if metrics.get("left") else ""
+    print(f"airflow-iqp final_job: {entry.label}: {metrics['units']} units in {metrics['wall_seconds']:.1f} s{left}",
           flush=True)

@@ -153,3 +153,51 @@ def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merg
     for q in members:
         assert again["members"][q]["units"] == out["members"][q]["units"]
         assert again["members"][q]["revision"] == 1
+
+
+def test_a_shared_batch_hands_the_members_due_later_over_to_the_group_s_tail(spark, tpch_dir, units, tmp_path):
+    """Once the last batch may claim, a group's batch stops between members (``stop``): the
+    members left get no partial of it, and the group's tail runs each one's step on that
+    batch's units together with the last batch's, earliest deadline first. Every result
+    covers each unit once and equals DuckDB's; the handed-over batch records no cost, and
+    a retry of the tail writes the same results."""
+    from airflow_iqp.inputs.tpch import streams_at
+    from airflow_iqp.query.catalogue import get_query
+    from airflow_iqp.spark.tail import execute_group_tail
+    from tests.support.reference import duckdb_reference
+
+    store = open_store(tmp_path / "state")
+    streams = streams_at(tpch_dir / "units")
+    members = ("cq1", "q6", "q4")
+    static = str(tpch_dir / "static")
+    for q in members:
+        save_query(store, Saved(get_query(q), streams, static))
+    group = store.window("tpch_group", WINDOW)
+    for b, chunk in ((1, units[:2]), (2, units[2:4]), (3, units[4:])):
+        group.claim(b, [u.name for u in chunk], files_of(chunk, streams))
+    execute_batch(spark, batch_work(group, 1, members=members), backend="spark-submit")
+    asked = []
+
+    def stop() -> bool:  # the last batch may claim once the first member's step is written
+        asked.append(1)
+        return len(asked) > 1
+
+    second = execute_batch(spark, batch_work(group, 2, members=members), backend="spark-submit", stop=stop)
+    assert second["left"] == ["q6", "q4"]
+    assert [store.window(q, WINDOW).has_partial(2) for q in members] == [True, False, False]
+    assert [r["units"] for r in store.cost_history("tpch_group", "batch")] == [2]  # batch 1's only
+    out = execute_group_tail(spark, group, 3, members, None, backend="spark-submit", before=(2,))
+    written = [out["members"][q]["written_at"] for q in members]
+    assert written == sorted(written)
+    for q in members:
+        ws = store.window(q, WINDOW)
+        assert not ws.has_partial(3) and ws.has_partial(2) == (q == "cq1")
+        assert out["members"][q]["batches"] == [1, 2, 3]
+        assert sorted(out["members"][q]["units"]) == sorted(u.name for u in units)
+        cols, ref = duckdb_reference(q, units, tpch_dir / "static")
+        got = read_parquet_dir(ws.result_uri)
+        assert list(got.column_names) == cols and len(ref) > 0
+        assert_same_rows([tuple(r.values()) for r in got.to_pylist()], ref, get_query(q).ordered, q)
+    again = execute_group_tail(spark, group, 3, members, None, backend="spark-submit", before=(2,))
+    for q in members:
+        assert again["members"][q]["units"] == out["members"][q]["units"] and again["members"][q]["revision"] == 1
