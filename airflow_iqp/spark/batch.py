@@ -89,11 +89,11 @@ def _fixed_root(path: str) -> str:
     return path if cut < 0 else path[:cut].rsplit("/", 1)[0]
 
 
-def execute_batch(spark, work: dict, *, backend: str, history: bool = True, stop=None) -> dict:
+def execute_batch(spark, work: dict, *, backend: str, history: bool = True, stop=None, keep: dict | None = None) -> dict:
     """Run one batch end to end in ``spark``: compute, write, record. Returns the metrics.
-    ``stop``: see :func:`execute_shared_batch` (a group's batch only)."""
+    ``stop``, ``keep``: see :func:`execute_shared_batch` (a group's batch only)."""
     if work.get("members"):
-        return execute_shared_batch(spark, work, backend=backend, history=history, stop=stop)
+        return execute_shared_batch(spark, work, backend=backend, history=history, stop=stop, keep=keep)
     ws = open_store(work["store"]).window(work["query"], work["window"])
     saved = load_query(work["query"], ws.store)
     query = saved.query
@@ -132,7 +132,8 @@ def _columns_unknown(saved: Saved, record) -> bool:
                for s in saved.streams if s.name in saved.query.streams)
 
 
-def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = True, stop=None) -> dict:
+def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = True, stop=None,
+                         keep: dict | None = None) -> dict:
     """A group's batch: its units read once (cached), and each member query's partial
     written into that query's window, whose claim of the batch is the group's
     (:meth:`~airflow_iqp.store.WindowState.adopt_claim`), before its partial is written.
@@ -145,7 +146,9 @@ def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = Tru
     deadline first (:func:`airflow_iqp.spark.tail.execute_group_tail`). A batch handed
     over records no cost history: its cost is not every member's. With ``stop`` (in a
     fused tail), a member whose partial an earlier attempt wrote is not computed again;
-    without it, a retry writes every member's partial again."""
+    without it, a retry writes every member's partial again. ``keep``: where a batch that
+    hands members over leaves its read units, still cached, for the tail in the same session
+    (``keep[batch] = (inspection, {stream: DataFrame})``; the tail unpersists them)."""
     store = open_store(work["store"])
     group = store.window(work["query"], work["window"])
     claim = group.claim_of(work["batch"])
@@ -176,8 +179,11 @@ def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = Tru
                 uri = windows[m].write_partial(work["batch"], parquet_writer(df, before_commit=_pause_hook))
                 per_member[m] = {"uri": uri, "seconds": time.time() - t0, "written_at": time.time()}
         finally:
-            for df in tables.values():
-                df.unpersist()
+            if left and keep is not None:
+                keep[work["batch"]] = (inspection, tables)
+            else:
+                for df in tables.values():
+                    df.unpersist()
     infos = inspection.infos
     later = {q["unit"] for q in inspection.quarantined}
     units = [u for u in units if u not in later]

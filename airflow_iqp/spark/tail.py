@@ -81,7 +81,7 @@ def execute_tail(spark, ws: WindowState, tail_batch: int | None, static: str | d
 
 def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tuple[str, ...],
                        static: str | dict | None, *, backend: str, history: bool = True,
-                       before: tuple[int, ...] = ()) -> dict:
+                       before: tuple[int, ...] = (), kept: dict | None = None) -> dict:
     """A group's fused tail: its last batch, claimed once by the group, and every member's
     merge, in one Spark job. Each member first takes the group's claims as its own
     (:meth:`~airflow_iqp.store.WindowState.adopt_claim`), so that its merge checks every
@@ -95,7 +95,8 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     member's (a shared batch handed over when the last batch could claim,
     :func:`~airflow_iqp.spark.batch.execute_shared_batch`'s ``stop``) is read once too, and
     that member's step runs on its units with the last batch's: a member due earlier does
-    not wait for the steps of members due later. A retry claims nothing again and writes
+    not wait for the steps of members due later. ``kept``: such batches' units as the
+    shared batch left them cached in this session (its ``keep``), not read again. A retry claims nothing again and writes
     each result again from the same claims: no unit is counted twice. Returns
     ``{"members": {member: its result manifest}}``."""
     store = group.store
@@ -108,9 +109,9 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     todo = {m: tuple(b for b in (*before, tail_batch) if files_to_read(claims.get(b) or {})
                      and not windows[m].has_partial(b)) for m in members}
     out: dict = {}
-    read: dict = {}  # batch -> (inspection, {stream: DataFrame}), each read once
+    read: dict = dict(kept or {})  # batch -> (inspection, {stream: DataFrame}), each read once
     try:
-        for b in dict.fromkeys(b for batches in todo.values() for b in batches):
+        for b in dict.fromkeys(b for batches in todo.values() for b in batches if b not in read):
             claim = claims[b]
             read[b] = read_shared(spark, group, saved, files_to_read(claim), claim.get("checked"))
         for m in members:
@@ -168,6 +169,7 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
     spark.range(1).collect()  # the session's first query pays its set-up: not after the window's end
     if slots > 0:
         tail = tail.with_(turn_ts=0.0)
+    kept: dict = {}  # a group's batch handed over: its units, cached for the tail
     for entry in tail.before:
         if fold_into_tail(entry, tail, time.time()) is not None:
             print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch",
@@ -175,13 +177,13 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
             continue
         # A group's batch hands its members left over to the tail once the last batch may claim.
         stop = (lambda: batch_ready(tail, time.time()) is not None) if tail.members else None
-        _run_batch_in_turn(spark, ws, entry, slots, backend, history, stop)
+        _run_batch_in_turn(spark, ws, entry, slots, backend, history, stop, kept)
     if tail.members:
         claim = wait_and_claim(tail)
         print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
         with cluster_turn(tail, slots, planned=tail.remaining_cost):
             return execute_group_tail(spark, ws, tail.index, tail.members, tail.static or None, backend=backend,
-                                      history=history, before=tuple(e.index for e in tail.before))
+                                      history=history, before=tuple(e.index for e in tail.before), kept=kept)
     ahead = [read_written(spark, ws)]
     rehearse_tail(spark, ws, tail, slots, ahead[0])
 
@@ -247,9 +249,10 @@ def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0,
 
 
 def _run_batch_in_turn(spark, ws: WindowState, entry: Batch, slots: int, backend: str, history: bool,
-                       stop=None) -> None:
+                       stop=None, keep: dict | None = None) -> None:
     """One batch of a fused tail before the last: claimed when ready, run in its turn into
-    its partial (a group's: its members' partials, until ``stop()``)."""
+    its partial (a group's: its members' partials, until ``stop()``; what it read, in
+    ``keep`` if it handed members over)."""
     claim = wait_and_claim(entry)
     if not claim["units"]:
         print(f"airflow-iqp final_job: {entry.label}: nothing to claim", flush=True)
@@ -260,7 +263,7 @@ def _run_batch_in_turn(spark, ws: WindowState, entry: Batch, slots: int, backend
         return
     with cluster_turn(entry, slots):
         metrics = execute_batch(spark, batch_work(ws, entry.index, entry.static, entry.members), backend=backend,
-                                history=history, stop=stop)
+                                history=history, stop=stop, keep=keep)
     left = f"; handed {', '.join(metrics['left'])} over to the last batch" if metrics.get("left") else ""
     print(f"airflow-iqp final_job: {entry.label}: {metrics['units']} units in {metrics['wall_seconds']:.1f} s{left}",
           flush=True)

@@ -160,7 +160,7 @@ def test_a_shared_batch_hands_the_members_due_later_over_to_the_group_s_tail(spa
     members left get no partial of it, and the group's tail runs each one's step on that
     batch's units together with the last batch's, earliest deadline first. Every result
     covers each unit once and equals DuckDB's; the handed-over batch records no cost, and
-    a retry of the tail writes the same results."""
+    a retry of the tail, which reads that batch's units again, writes the same results."""
     from airflow_iqp.inputs.tpch import streams_at
     from airflow_iqp.query.catalogue import get_query
     from airflow_iqp.spark.tail import execute_group_tail
@@ -182,11 +182,13 @@ def test_a_shared_batch_hands_the_members_due_later_over_to_the_group_s_tail(spa
         asked.append(1)
         return len(asked) > 1
 
-    second = execute_batch(spark, batch_work(group, 2, members=members), backend="spark-submit", stop=stop)
-    assert second["left"] == ["q6", "q4"]
+    kept: dict = {}
+    second = execute_batch(spark, batch_work(group, 2, members=members), backend="spark-submit", stop=stop,
+                           keep=kept)
+    assert second["left"] == ["q6", "q4"] and list(kept) == [2]  # its units, still cached, for the tail
     assert [store.window(q, WINDOW).has_partial(2) for q in members] == [True, False, False]
     assert [r["units"] for r in store.cost_history("tpch_group", "batch")] == [2]  # batch 1's only
-    out = execute_group_tail(spark, group, 3, members, None, backend="spark-submit", before=(2,))
+    out = execute_group_tail(spark, group, 3, members, None, backend="spark-submit", before=(2,), kept=kept)
     written = [out["members"][q]["written_at"] for q in members]
     assert written == sorted(written)
     for q in members:
