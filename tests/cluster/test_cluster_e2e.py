@@ -74,7 +74,7 @@ GROUP_SQL = {
     "shop_basket": "SELECT country, avg(qty) AS basket, max(amount) AS top FROM events WHERE amount IS NOT NULL "
                    "GROUP BY country",
 }
-GROUP_DEADLINES = {"shop_revenue": 120, "shop_buyers": 120, "shop_basket": 150}  # s after the window's end
+GROUP_DEADLINES = {"shop_revenue": 80, "shop_buyers": 80, "shop_basket": 110}  # s after the window's end
 VICTIM = "iqp_cq2"  # the DAG whose batch's worker is killed
 EVENTS_SQL = ("SELECT country, count(*) AS n, sum(amount) AS revenue, avg(qty) AS avg_qty, "
               "count(DISTINCT user_id) AS users FROM events WHERE amount IS NOT NULL GROUP BY country")
