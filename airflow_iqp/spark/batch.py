@@ -201,7 +201,7 @@ def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = Tru
                "written_at": max((d["written_at"] for d in per_member.values()), default=time.time()),
                **({"left": left} if left else {})}
     group.write_metrics(work["batch"], metrics)
-    if history and not left and len(per_member) == len(members):
+    if history and len(per_member) == len(members):  # every member's step: none handed over or skipped
         record_batch_cost(group, metrics, work["claimed_at"], backend)
     return metrics
 

@@ -96,9 +96,9 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     :func:`~airflow_iqp.spark.batch.execute_shared_batch`'s ``stop``) is read once too, and
     that member's step runs on its units with the last batch's: a member due earlier does
     not wait for the steps of members due later. ``kept``: such batches' units as the
-    shared batch left them cached in this session (its ``keep``), not read again. A retry claims nothing again and writes
-    each result again from the same claims: no unit is counted twice. Returns
-    ``{"members": {member: its result manifest}}``."""
+    shared batch left them cached in this session (its ``keep``), not read again. A retry
+    claims nothing again and writes each result again from the same claims: no unit is
+    counted twice. Returns ``{"members": {member: its result manifest}}``."""
     store = group.store
     windows = {m: store.window(m, group.window_id) for m in members}
     claims = group.claims()  # read once for every member
@@ -119,8 +119,7 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
             if todo[m]:
                 parts = [read[b] for b in todo[m]]
                 tables = _union_tables([t for _i, t in parts])
-                computing = todo[m][0] if todo[m] == (tail_batch,) else todo[m]
-                tail = (computing, partial_of(spark, saved[m], tables, static))
+                tail = (todo[m], partial_of(spark, saved[m], tables, static))
                 bad = [q for i, _t in parts for q in i.quarantined]
                 counts = [_rows_in(i) for i, _t in parts]
                 rows_in = None if None in counts else sum(counts)
@@ -170,13 +169,13 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
     if slots > 0:
         tail = tail.with_(turn_ts=0.0)
     kept: dict = {}  # a group's batch handed over: its units, cached for the tail
+    # A group's batch hands its members left over to the tail once the last batch may claim.
+    stop = (lambda: batch_ready(tail, time.time()) is not None) if tail.members else None
     for entry in tail.before:
         if fold_into_tail(entry, tail, time.time()) is not None:
             print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch",
                   flush=True)
             continue
-        # A group's batch hands its members left over to the tail once the last batch may claim.
-        stop = (lambda: batch_ready(tail, time.time()) is not None) if tail.members else None
         _run_batch_in_turn(spark, ws, entry, slots, backend, history, stop, kept)
     if tail.members:
         claim = wait_and_claim(tail)

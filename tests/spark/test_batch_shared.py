@@ -28,6 +28,17 @@ SQL = {"revenue": "SELECT country, sum(amount) AS revenue, count(*) AS n FROM ev
 WINDOW = "20260101T000000"
 
 
+def assert_tpch_result(ws, q: str, units, tpch_dir) -> None:
+    """Query ``q``'s result in ``ws`` equals DuckDB's over ``units``, and is not empty."""
+    from airflow_iqp.query.catalogue import get_query
+    from tests.support.reference import duckdb_reference
+
+    cols, ref = duckdb_reference(q, units, tpch_dir / "static")
+    got = read_parquet_dir(ws.result_uri)
+    assert list(got.column_names) == cols and len(ref) > 0
+    assert_same_rows([tuple(r.values()) for r in got.to_pylist()], ref, get_query(q).ordered, q)
+
+
 def test_each_query_of_a_group_gets_its_own_partials_and_result_from_one_read(spark, events_dir, tmp_path):
     store = open_store(tmp_path / "state")
     streams = (Stream("events", path=str(events_dir / "events")),)
@@ -71,7 +82,6 @@ def test_members_reading_different_streams_of_a_unit_each_see_their_own(spark, t
     result equals DuckDB's over the same units."""
     from airflow_iqp.inputs.tpch import streams_at
     from airflow_iqp.query.catalogue import get_query
-    from tests.support.reference import duckdb_reference
 
     store = open_store(tmp_path / "state")
     streams = streams_at(tpch_dir / "units")
@@ -85,10 +95,7 @@ def test_members_reading_different_streams_of_a_unit_each_see_their_own(spark, t
     for q in members:
         ws = store.window(q, WINDOW)
         execute_final(spark, ws, backend="spark-submit")
-        cols, ref = duckdb_reference(q, units, tpch_dir / "static")
-        got = read_parquet_dir(ws.result_uri)
-        assert list(got.column_names) == cols and len(ref) > 0
-        assert_same_rows([tuple(r.values()) for r in got.to_pylist()], ref, get_query(q).ordered, q)
+        assert_tpch_result(ws, q, units, tpch_dir)
 
 
 def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merge_in_one_job(
@@ -106,7 +113,6 @@ def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merg
     from airflow_iqp.window.readiness import claim_batch, split_tail
     from tests.support.batches import make_batch
     from tests.support.landing import land_later
-    from tests.support.reference import duckdb_reference
 
     landing, state = tmp_path / "landing", tmp_path / "state"
     landing.mkdir()
@@ -144,10 +150,7 @@ def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merg
         assert ws.claims() == claims and ws.has_partial(2) and not ws.has_partial(3)
         assert out["members"][q]["batches"] == [1, 2, 3]
         assert sorted(out["members"][q]["units"]) == sorted(u.name for u in units)
-        cols, ref = duckdb_reference(q, units, tpch_dir / "static")
-        got = read_parquet_dir(ws.result_uri)
-        assert list(got.column_names) == cols and len(ref) > 0
-        assert_same_rows([tuple(r.values()) for r in got.to_pylist()], ref, get_query(q).ordered, q)
+        assert_tpch_result(ws, q, units, tpch_dir)
     again = run_tail(spark, group, tail, backend="spark-submit")  # a retry: the same claims, the same results
     assert group.claims() == claims
     for q in members:
@@ -164,7 +167,6 @@ def test_a_shared_batch_hands_the_members_due_later_over_to_the_group_s_tail(spa
     from airflow_iqp.inputs.tpch import streams_at
     from airflow_iqp.query.catalogue import get_query
     from airflow_iqp.spark.tail import execute_group_tail
-    from tests.support.reference import duckdb_reference
 
     store = open_store(tmp_path / "state")
     streams = streams_at(tpch_dir / "units")
@@ -196,10 +198,7 @@ def test_a_shared_batch_hands_the_members_due_later_over_to_the_group_s_tail(spa
         assert not ws.has_partial(3) and ws.has_partial(2) == (q == "cq1")
         assert out["members"][q]["batches"] == [1, 2, 3]
         assert sorted(out["members"][q]["units"]) == sorted(u.name for u in units)
-        cols, ref = duckdb_reference(q, units, tpch_dir / "static")
-        got = read_parquet_dir(ws.result_uri)
-        assert list(got.column_names) == cols and len(ref) > 0
-        assert_same_rows([tuple(r.values()) for r in got.to_pylist()], ref, get_query(q).ordered, q)
+        assert_tpch_result(ws, q, units, tpch_dir)
     again = execute_group_tail(spark, group, 3, members, None, backend="spark-submit", before=(2,))
     for q in members:
         assert again["members"][q]["units"] == out["members"][q]["units"] and again["members"][q]["revision"] == 1
