@@ -61,7 +61,8 @@ class Backend:
         a ``cost_hint`` and an ``airflow-iqp calibrate`` fit. The built-in default and the
         cost history run from the claim and include it. None (the default): learned, with
         ``Cut.cost_scale``, from the batches of the last windows
-        (:func:`airflow_iqp.window.costs.margins`); 0 before there are any.
+        (:func:`airflow_iqp.window.costs.margins`); the backend's :attr:`first_dispatch`
+        before there are any.
     """
 
     #: The backend's name: ``QueryConfig.backend``, and what plans, metrics and the cost
@@ -91,6 +92,12 @@ class Backend:
     #: Seconds a batch's execution_timeout allows on top of its planned cost for the
     #: backend's start-up, with room for a loaded machine.
     timeout_overhead: ClassVar[float]
+    #: The ``dispatch`` a query is planned with before the learned margins have history:
+    #: Airflow's part of a batch, from its claim to its Spark work (the sensor's resume on a
+    #: worker, the task's start, its Spark session), added to the batches whose cost leaves
+    #: it out (a hint, a calibrated fit). On a LocalExecutor with two cores that part takes
+    #: up to about 3 s; erring long plans a first window's batches earlier, never later.
+    first_dispatch: ClassVar[float] = 3.0
     #: The backend a query runs on unless its DAG names one.
     default_name: ClassVar[str] = "spark-submit"
     #: The backends by name, each added as its class is defined (the package's

@@ -98,7 +98,9 @@ def margins(cfg: QueryConfig) -> Margins:
     :data:`MARGIN_WINDOWS` windows on its backend, and of the other queries registered on
     its cluster (``cfg.cluster``) on that backend, each measured from claim to written
     partial against what its query's cost model (before margins) gives for its units.
-    Before there are enough such batches: a scale of 1 and no dispatch."""
+    Before there are enough such batches: a scale of 1 and the backend's
+    :attr:`~airflow_iqp.backends.base.Backend.first_dispatch`, which (as a given one) is
+    added only to the models that leave Airflow's part out."""
     if cfg.cost_scale is not None and cfg.dispatch is not None:
         return Margins(scale=cfg.cost_scale, dispatch=cfg.dispatch)
     samples: list[tuple[float, float]] = []
@@ -111,7 +113,8 @@ def margins(cfg: QueryConfig) -> Margins:
                    if r.get(SPAN) is not None and r["units"] >= 1 and r.get("window")]
         newest = set(sorted({r["window"] for r in records})[-MARGIN_WINDOWS:])
         samples += [(model.cost(r["units"]), r[SPAN] - given) for r in records if r["window"] in newest]
-    m = learn_margins(samples, scale=cfg.cost_scale, dispatch=None if cfg.dispatch is None else 0.0)
+    m = learn_margins(samples, scale=cfg.cost_scale, dispatch=None if cfg.dispatch is None else 0.0,
+                      default=Margins(dispatch=Backend.named(cfg.backend).first_dispatch))
     return m if cfg.dispatch is None else replace(m, dispatch=cfg.dispatch)
 
 
@@ -158,7 +161,11 @@ def cost_models(cfg: QueryConfig, m: Margins | None = None) -> tuple[CostModel, 
     the models that leave Airflow's part out, a calibrated fit and a hint, and a learned
     one, measured against whichever model is in use, to every batch.
     """
-    learned = cfg.dispatch is None
+    if m is None and (cfg.cost_scale is None or cfg.dispatch is None):
+        m = margins(cfg)
+    # A learned dispatch is measured against whichever model is in use; a given one, and the
+    # default before history, count only Airflow's part.
+    learned = cfg.dispatch is None and m is not None and m.samples > 0
     cfg, margin_source = with_margins(cfg, m)
     cost, cost_source, cost_dispatch = _batch_model(cfg)
     agg, agg_source, agg_dispatch = _merge_model(cfg)

@@ -53,8 +53,36 @@ def test_without_hint_or_history_each_backend_plans_with_its_own_default_and_say
 def test_a_hint_overrides_the_default_and_says_so(tmp_path):
     hint = {"kind": "linear", "per_unit": 0.6, "per_batch": 25}
     cost, agg, source = cost_models(cfg(tmp_path, cut=Algorithm1(cost_hint=hint)))
-    assert cost.cost(10) == 31 and source.startswith("cost from the configured hint; ")
+    assert cost.cost(10) == 31 + SparkSubmit.first_dispatch and source.startswith("cost from the configured hint; ")
     assert "final aggregation from the built-in spark-submit default" in source
+
+
+def test_before_history_airflow_s_part_is_added_to_a_hint_and_a_fit_not_to_the_default(tmp_path):
+    """A first window has no measured batches to learn ``dispatch`` from: each backend's
+    ``first_dispatch`` stands for Airflow's part of a batch (and of a fused tail's start) on
+    the models that leave it out; the built-in default includes it; a given one replaces it."""
+    from airflow_iqp.window.costs import margins, tail_startup
+
+    hint = {"kind": "linear", "per_unit": 0.1, "per_batch": 1.0}
+    for backend in (SparkSubmit(), SparkConnect()):
+        first = type(backend).first_dispatch
+        assert first > 0
+        hinted = cfg(tmp_path / backend.name, backend, Algorithm1(cost_hint=hint))
+        cost, agg, source = cost_models(hinted)
+        assert cost.cost(10) == pytest.approx(2.0 + first) and f"{first:g} s of task dispatch per batch" in source
+        assert margins(hinted).samples == 0 and margins(hinted).dispatch == first
+        default = cfg(tmp_path / backend.name, backend)
+        assert cost_models(default)[0] == cost_model_from_dict(type(backend).default_cost)
+        assert cost_models(cfg(tmp_path / backend.name, replace(backend, dispatch=0.5),
+                               Algorithm1(cost_hint=hint)))[0].cost(10) == pytest.approx(2.5)
+        fit_dir = tmp_path / backend.name / "fit"
+        fitted = replace(hinted, cost_hint=None, state_dir=str(fit_dir))
+        open_store(fit_dir).record_fit(query="cq2", backend=backend.name, cost=hint,
+                                       final_agg={"kind": "linear", "base": 1.0})
+        assert cost_models(fitted)[0].cost(10) == pytest.approx(2.0 + first)
+    # On Spark Connect a fused tail's task is started before the window's end by that much.
+    connect = cfg(tmp_path / "tail", SparkConnect(fuse_tail=True), Algorithm1(cost_hint=hint))
+    assert tail_startup(connect, cost_models(connect)[0]) == SparkConnect.first_dispatch
 
 
 def test_the_demo_meets_its_deadline_with_the_spark_submit_default(tmp_path):

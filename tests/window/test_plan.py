@@ -31,7 +31,8 @@ def cfg(tmp_path, **over):
     base = dict(query="cq2", landing=str(tmp_path / "landing"), state_dir=str(tmp_path / "state"), units=240,
                 streams=TPCH_STREAMS,
                 rate=1.0, cost_hint={"kind": "linear", "per_unit": 0.6, "per_batch": 25},
-                final_agg_hint={"kind": "linear", "base": 25, "per_batch": 0.5})
+                final_agg_hint={"kind": "linear", "base": 25, "per_batch": 0.5},
+                dispatch=0.0)  # the hints are each batch's whole cost here
     base.update(over)
     return QueryConfig(**base)
 
@@ -329,7 +330,7 @@ def test_cost_scale_plans_as_if_the_calibrated_costs_were_that_much_longer(tmp_p
                                      final_agg={"kind": "piecewise_linear", "points": [[x, y * factor] for x, y in
                                                                                        fit["final_agg"]["points"]]})
     common = dict(query="cq3", streams=TPCH_STREAMS, units=300, rate=1.0, backend="spark-connect", fuse_tail=True,
-                  margin=2.0,
+                  margin=2.0, dispatch=0.0,
                   landing=str(tmp_path / "landing"))
     scaled_cfg = QueryConfig(**common, state_dir=str(fast), cost_scale=1.5)
     cost, agg, source = cost_models(scaled_cfg)

@@ -26,7 +26,8 @@ def cfg(tmp_path, **over):
     base = dict(query="rev", landing=str(tmp_path / "landing"), state_dir=str(tmp_path / "state"), units=None,
                 rate=0.5, streams=(STREAM,), grace=5.0, margin=2.0,
                 cost_hint={"kind": "linear", "per_unit": 0.05, "per_batch": 4},
-                final_agg_hint={"kind": "linear", "base": 3, "per_batch": 0.2})
+                final_agg_hint={"kind": "linear", "base": 3, "per_batch": 0.2},
+                dispatch=0.0)  # the hints are each batch's whole cost here
     base.update(over)
     return QueryConfig(**base)
 
