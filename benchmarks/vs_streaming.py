@@ -91,7 +91,7 @@ QUICK = {"queries": ["cq3"], "scale": 0.5, "units": 100,
 #: DAG-per-query runs (``iqp_1D``, ``iqp_connect_0.2D``, ...) remain for ``--runs``.
 FULL = {"queries": ["cq1", "cq2", "cq3", "cq4", "q1", "q4", "q6", "q9", "q10", "q14"], "scale": 1.0, "units": 300,
         "runs": ["streaming_default", "streaming_10pct", "one_batch", "availablenow_scheduled", "iqp_group_1D",
-                 "iqp_group_connect_0.2D", "iqp_group_connect_0.1D"]}
+                 "iqp_group_connect_0.2D", "iqp_group_connect_0.1D", "iqp_dynamic_llf_0.2D"]}
 STREAM_CONF = {"spark.sql.streaming.numRecentProgressUpdates": "100000"}
 #: The one-batch reference run's window: its length only has to cover planning.
 REFERENCE_WINDOW_S = 15.0

@@ -49,6 +49,9 @@ def build_config(home: Path, dags_folder: Path, api_port: int, extra: Mapping[st
     cfg = {**stack_settings(home, dags_folder, api_port, paused=True), "CORE__FERNET_KEY": fernet}
     if db_url:
         cfg["DATABASE__SQL_ALCHEMY_CONN"] = db_url
+        if not db_url.startswith("sqlite"):  # the connect arguments are SQLite's
+            for key in ("DATABASE__SQL_ALCHEMY_CONNECT_ARGS", "DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC"):
+                del cfg[key]
     if extra:
         cfg.update(extra)
     return cfg

@@ -38,6 +38,12 @@ from airflow_iqp.errors import ConfigError
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 #: The components the api-server's health endpoint reports on.
 HEALTH_KEYS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+#: The SQLite metadata DB's connection arguments (``[database] sql_alchemy_connect_args``
+#: and its ``_async`` twin name these): a writer waits up to 30 s for another's transaction,
+#: where Python's default is 5 s. On two busy cores a component (the dag-processor with ten
+#: DAGs of many mapped tasks) otherwise exits with "database is locked" and stops the stack.
+SQLITE_CONNECT_ARGS = {"timeout": 30}
+SQLITE_CONNECT_ARGS_ASYNC = {"timeout": 30}
 
 
 def add_parser(subparsers):
@@ -93,6 +99,8 @@ def stack_settings(home: Path, dags: Path, port: int, *, paused: bool = False) -
         "CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
         "CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "simple_auth_manager_passwords.json"),
         "DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{__name__}.SQLITE_CONNECT_ARGS",
+        "DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": f"{__name__}.SQLITE_CONNECT_ARGS_ASYNC",
         "DATABASE__CHECK_MIGRATIONS": "False",
         "API__HOST": "127.0.0.1",
         "API__PORT": str(port),

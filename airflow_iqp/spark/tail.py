@@ -9,15 +9,17 @@ the Spark Connect backend runs it in the task. The claims are made here, in the 
 through the store: that is what saves a task's and a JVM's start after the window's end.
 
 A group's tail (a tail whose entry names ``members``) runs the group's batches ready
-after it started as shared batches, then claims the last batch once, reads its units once,
-and runs, for one member after another, earliest deadline first, that member's step on
-them merged with its written partials into its result (:func:`execute_group_tail`): one
-job, one start-up, every member's result. No Airflow import here.
+after it started as shared batches, reads each member's written partials ahead, then
+claims the last batch once, reads its units once, and runs each member's step on them
+merged with its partials into its result, started earliest deadline first, two at a time
+(:func:`execute_group_tail`): one job, one start-up, every member's result. No Airflow
+import here.
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from airflow_iqp.coordination import cluster_turn
 from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units, unit_of
@@ -28,7 +30,7 @@ from airflow_iqp.spark.steps import parquet_writer, partial_of, run_batch, run_f
 from airflow_iqp.store import WindowState
 from airflow_iqp.streams import stream_of
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.readiness import batch_ready, fold_into_tail, wait_and_claim
+from airflow_iqp.window.readiness import TAIL_POLL_S, batch_ready, fold_into_tail, wait_and_claim
 
 
 def read_written(spark, ws: WindowState, earlier: dict | None = None) -> dict | None:
@@ -79,26 +81,39 @@ def execute_tail(spark, ws: WindowState, tail_batch: int | None, static: str | d
                          tail_rows_in=rows_in)
 
 
+#: How many members' steps a group's tail runs at once on its session, started earliest
+#: deadline first. After the window's end a member's step is a few units and a merge of a
+#: few partials: mostly the driver's work (analysis, scheduling, the result's commit) on
+#: one core, so one member after another leaves the other core of a small cluster idle.
+#: The plan (``window.group.tail_deadline``) counts them one after another: it errs late.
+TAIL_LANES = 2
+
+
 def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tuple[str, ...],
                        static: str | dict | None, *, backend: str, history: bool = True,
-                       before: tuple[int, ...] = (), kept: dict | None = None) -> dict:
+                       before: tuple[int, ...] = (), kept: dict | None = None,
+                       written: dict | None = None) -> dict:
     """A group's fused tail: its last batch, claimed once by the group, and every member's
     merge, in one Spark job. Each member first takes the group's claims as its own
     (:meth:`~airflow_iqp.store.WindowState.adopt_claim`), so that its merge checks every
-    claimed unit against its partials. The batch's units are read once; then, for one
-    member after another in the order given (earliest deadline first), that member's step
-    on them is merged with its written partials into its result, as :func:`execute_tail`
-    does for one query: a member's result is written before the next member's work starts,
-    and no member's partial of the last batch is written.
+    claimed unit against its partials. The batch's units are read once; then each member's
+    step on them is merged with its written partials into its result, as
+    :func:`execute_tail` does for one query, and no member's partial of the last batch is
+    written. The members start in the order given (earliest deadline first), at most
+    :data:`TAIL_LANES` at once on the session: a member's work starts no later than that
+    of any member after it.
 
     ``before``: the tail's earlier batches. One that claimed but has no partial of a
     member's (a shared batch handed over when the last batch could claim,
     :func:`~airflow_iqp.spark.batch.execute_shared_batch`'s ``stop``) is read once too, and
     that member's step runs on its units with the last batch's: a member due earlier does
     not wait for the steps of members due later. ``kept``: such batches' units as the
-    shared batch left them cached in this session (its ``keep``), not read again. A retry
+    shared batch left them cached in this session (its ``keep``), not read again.
+    ``written``: member -> its partials as :func:`read_written` read them ahead. A retry
     claims nothing again and writes each result again from the same claims: no unit is
-    counted twice. Returns ``{"members": {member: its result manifest}}``."""
+    counted twice. Returns ``{"members": {member: its result manifest}, "started":
+    {member: when its work started}}``; a member that fails fails the tail once the
+    members already started are done, and the members not started yet do not start."""
     store = group.store
     windows = {m: store.window(m, group.window_id) for m in members}
     claims = group.claims()  # read once for every member
@@ -108,30 +123,41 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     # Each member's batches to compute here: the last, and those handed over without its partial.
     todo = {m: tuple(b for b in (*before, tail_batch) if files_to_read(claims.get(b) or {})
                      and not windows[m].has_partial(b)) for m in members}
-    out: dict = {}
     read: dict = dict(kept or {})  # batch -> (inspection, {stream: DataFrame}), each read once
+    started: dict = {}
+
+    def finish(m: str) -> dict:
+        started[m] = time.time()
+        tail, bad, rows_in = None, [], None
+        if todo[m]:
+            parts = [read[b] for b in todo[m]]
+            tables = _union_tables([t for _i, t in parts])
+            tail = (todo[m], partial_of(spark, saved[m], tables, static))
+            bad = [q for i, _t in parts for q in i.quarantined]
+            counts = [_rows_in(i) for i, _t in parts]
+            rows_in = None if None in counts else sum(counts)
+        out = execute_final(spark, windows[m], backend=backend, history=history, tail=tail, quarantined=bad,
+                            tail_rows_in=rows_in, written=(written or {}).get(m))
+        print(f"airflow-iqp final_job: {m}: wrote {out['result']}"
+              + (f" (its step on batches {list(todo[m])})" if len(todo[m]) > 1 else ""), flush=True)
+        return out
+
     try:
         for b in dict.fromkeys(b for batches in todo.values() for b in batches if b not in read):
             claim = claims[b]
             read[b] = read_shared(spark, group, saved, files_to_read(claim), claim.get("checked"))
-        for m in members:
-            tail, bad, rows_in = None, [], None
-            if todo[m]:
-                parts = [read[b] for b in todo[m]]
-                tables = _union_tables([t for _i, t in parts])
-                tail = (todo[m], partial_of(spark, saved[m], tables, static))
-                bad = [q for i, _t in parts for q in i.quarantined]
-                counts = [_rows_in(i) for i, _t in parts]
-                rows_in = None if None in counts else sum(counts)
-            out[m] = execute_final(spark, windows[m], backend=backend, history=history, tail=tail,
-                                   quarantined=bad, tail_rows_in=rows_in)
-            print(f"airflow-iqp final_job: {m}: wrote {out[m]['result']}"
-                  + (f" (its step on batches {list(todo[m])})" if len(todo[m]) > 1 else ""), flush=True)
+        with ThreadPoolExecutor(max_workers=min(TAIL_LANES, len(members)), thread_name_prefix="iqp-tail") as lanes:
+            futures = {m: lanes.submit(finish, m) for m in members}  # started in this order
+            try:
+                out = {m: futures[m].result() for m in members}
+            except BaseException:
+                lanes.shutdown(wait=True, cancel_futures=True)
+                raise
     finally:
         for _i, tables in read.values():
             for df in tables.values():
                 df.unpersist()
-    return {"members": out}
+    return {"members": out, "started": started}
 
 
 def _union_tables(parts: list[dict]) -> dict:
@@ -178,11 +204,21 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
             continue
         _run_batch_in_turn(spark, ws, entry, slots, backend, history, stop, kept)
     if tail.members:
-        claim = wait_and_claim(tail)
+        windows = {m: ws.store.window(m, ws.window_id) for m in tail.members}
+        written = {m: read_written(spark, w) for m, w in windows.items()}
+
+        def read_again(seconds: float) -> None:  # while it waits: each member's partials, when they change
+            if seconds > TAIL_POLL_S:  # not in the last second's quick polls: that is a listing per member
+                for m, w in windows.items():
+                    written[m] = read_written(spark, w, written[m])
+            time.sleep(seconds)
+
+        claim = wait_and_claim(tail, sleep=read_again)
         print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
         with cluster_turn(tail, slots, planned=tail.remaining_cost):
             return execute_group_tail(spark, ws, tail.index, tail.members, tail.static or None, backend=backend,
-                                      history=history, before=tuple(e.index for e in tail.before), kept=kept)
+                                      history=history, before=tuple(e.index for e in tail.before), kept=kept,
+                                      written=written)
     ahead = [read_written(spark, ws)]
     rehearse_tail(spark, ws, tail, slots, ahead[0])
 

@@ -60,6 +60,20 @@ def test_every_setting_of_the_stack_is_an_option_airflow_knows(tmp_path):
     assert stack_settings(tmp_path, tmp_path, 1, paused=True)["CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "True"
 
 
+def test_airflow_s_engine_on_the_stack_s_sqlite_waits_30_s_for_a_lock(tmp_path):
+    """Airflow, started with the stack's settings, opens its SQLite metadata DB with a 30 s
+    busy timeout (Python's default is 5 s): a component of a busy machine waits for another's
+    write rather than exiting with "database is locked"."""
+    env = stack_env(tmp_path / "home", stack_settings(tmp_path / "home", tmp_path / "dags", free_port()),
+                    {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")})
+    (tmp_path / "home").mkdir()
+    probe = ("from airflow import settings; settings.configure_orm()\n"
+             "with settings.engine.connect() as c: print(c.exec_driver_sql('PRAGMA busy_timeout').scalar())")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "30000"
+
+
 def test_a_missing_dag_folder_or_a_port_in_use_is_named(tmp_path, capsys):
     assert main(["dev", "--dags", str(tmp_path / "none"), "--home", str(tmp_path / "home")]) == 2
     assert "--dags: " in capsys.readouterr().err

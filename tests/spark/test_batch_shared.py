@@ -39,6 +39,19 @@ def assert_tpch_result(ws, q: str, units, tpch_dir) -> None:
     assert_same_rows([tuple(r.values()) for r in got.to_pylist()], ref, get_query(q).ordered, q)
 
 
+def assert_started_in_lanes(out: dict, members: tuple[str, ...]) -> None:
+    """A group tail's members started in the order given, earliest deadline first, and at
+    most ``TAIL_LANES`` at once: each one after those lanes' earlier members had written
+    all but ``TAIL_LANES - 1`` of their results."""
+    from airflow_iqp.spark.tail import TAIL_LANES
+
+    started = [out["started"][q] for q in members]
+    assert started == sorted(started)
+    for i, q in enumerate(members[TAIL_LANES:], start=TAIL_LANES):
+        done = sorted(out["members"][p]["written_at"] for p in members[:i])
+        assert out["started"][q] >= done[i - TAIL_LANES], (q, started, done)
+
+
 def test_each_query_of_a_group_gets_its_own_partials_and_result_from_one_read(spark, events_dir, tmp_path):
     store = open_store(tmp_path / "state")
     streams = (Stream("events", path=str(events_dir / "events")),)
@@ -143,8 +156,7 @@ def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merg
     assert list(out["members"]) == list(members)
     claims = group.claims()
     assert sum(len(c["units"]) for c in claims.values()) == len(units) and set(claims) == {1, 2, 3}
-    written = [out["members"][q]["written_at"] for q in members]
-    assert written == sorted(written)  # one member's result before the next member's work
+    assert_started_in_lanes(out, members)
     for q in members:
         ws = store.window(q, WINDOW)
         assert ws.claims() == claims and ws.has_partial(2) and not ws.has_partial(3)
@@ -191,8 +203,7 @@ def test_a_shared_batch_hands_the_members_due_later_over_to_the_group_s_tail(spa
     assert [store.window(q, WINDOW).has_partial(2) for q in members] == [True, False, False]
     assert [r["units"] for r in store.cost_history("tpch_group", "batch")] == [2]  # batch 1's only
     out = execute_group_tail(spark, group, 3, members, None, backend="spark-submit", before=(2,), kept=kept)
-    written = [out["members"][q]["written_at"] for q in members]
-    assert written == sorted(written)
+    assert_started_in_lanes(out, members)
     for q in members:
         ws = store.window(q, WINDOW)
         assert not ws.has_partial(3) and ws.has_partial(2) == (q == "cq1")
