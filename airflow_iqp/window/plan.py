@@ -196,7 +196,10 @@ def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, 
                     arrival=EmpiricalArrival((rel_now,) * cfg.units), sizes=(cfg.units,))
         models += "; backfill: the window's input is complete, one batch"
     elif cfg.mode == "dynamic":
-        mb = min_batch_size(cost, agg, cfg.units, cfg.rsf, cfg.c_max)
+        # δRSF bounds the cluster work that batching adds, and Cmax a batch's: Airflow's
+        # dispatch is a wait on a worker, not the cluster's work, so the sizes leave it out.
+        work, work_agg, _source = cost_models(replace(cfg, dispatch=0.0))
+        mb = min_batch_size(work, work_agg, cfg.units, cfg.rsf, cfg.c_max)
         spec = spec(window_end=length, deadline=rel_deadline, arrival=arrival, method="minbatch",
                     sizes=_minbatch_sizes(cfg, mb.size))
         models += f"; dynamic: MinBatches for rsf {cfg.rsf}"

@@ -403,6 +403,19 @@ def test_queries_sharing_a_cluster_are_planned_jointly_earliest_deadline_first(t
         cfg(tmp_path, shares={"cq1": "soon"})
 
 
+def test_minbatches_are_sized_on_the_cluster_s_work_not_on_airflow_s_dispatch(tmp_path):
+    """δRSF bounds the work that batching adds on the cluster: Airflow's dispatch, given or
+    the backend's default before history, changes each batch's planned cost, not the sizes."""
+    hints = dict(mode="dynamic", rsf=0.5, max_batches=40, cost_hint={"kind": "linear", "per_unit": 0.01,
+                                                                      "per_batch": 0.3},
+                 final_agg_hint={"kind": "linear", "base": 0.3, "per_batch": 0.05})
+    plans = {d: plan_window(cfg(tmp_path / str(d), dispatch=d, **hints), START, START + 240, START + 300, now=START)
+             for d in (0.0, 3.0, None)}
+    sizes = {d: wp.plan.extra["min_batch"]["size"] for d, wp in plans.items()}
+    assert sizes[0.0] < 120 and sizes[0.0] == sizes[3.0] == sizes[None], sizes
+    assert plans[3.0].batches[0].cost == pytest.approx(plans[0.0].batches[0].cost + 3.0)
+
+
 def test_dynamic_mode_plans_with_the_default_hints(tmp_path):
     """MinBatches with the hints a DAG gets by default: the merge a single batch pays too
     (20.5 s) exceeds rsf x that batch's cost, and the plan still sizes its MinBatches."""

@@ -28,7 +28,7 @@ def _dag(name: str, opts: dict):
     if opts.get("cut") == "minbatches":  # several small batches whatever the deadline
         cut = MinBatches(cost_hint={"kind": "linear", "per_unit": 0.5, "per_batch": 2.0},
                          final_agg_hint={"kind": "linear", "base": 3.0, "per_batch": 0.5},
-                         rsf=0.5, c_max=6.0, max_batches=opts["units"] // 2)  # 2 units: 5 s + 0.5 s each
+                         rsf=0.5, c_max=3.0, max_batches=opts["units"] // 2)
     else:
         cut = Algorithm1(cost_hint=opts.get("cost_hint", {"kind": "linear", "per_unit": 0.5, "per_batch": 5.0}),
                          final_agg_hint={"kind": "linear", "base": 5.0, "per_batch": 0.5}, margin=2.0)
