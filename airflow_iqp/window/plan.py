@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.planning.minbatch import min_batch_size
+from airflow_iqp.planning.minbatch import after_end_cost, min_batch_size
 from airflow_iqp.planning.models import Busy, CostModel, EmpiricalArrival, FinalAggCost, LinearCost, LinearFinalAgg
 from airflow_iqp.planning.planner import IDLE, Plan, executed
 from airflow_iqp.planning.report import format_plan
@@ -80,7 +80,7 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
         raise ConfigError(f"the queries ahead of this one ({cfg.ahead:g} s) leave it no time before its deadline "
                           f"({deadline - window_end:g} s after the window's end); give less, or a later deadline",
                           "ahead")
-    busy, shared = IDLE, ""
+    busy, shared, after = IDLE, "", 0.0
     # Joint planning: the queries due before this one on its cluster, earliest deadline
     # first, each in the executor time the ones before it leave; this window gets what is left.
     before = [] if backfill else planned_before(cfg, window_start, window_end, deadline)
@@ -89,14 +89,16 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
         # none back, so a batch planned across another query's turn would wait for a gap.
         busy = Busy(whole=True)
         for off, _q, other in before:
-            theirs, *_ = _plan(other, length, length + off, False, 0.0, busy)
-            busy = busy.plus(executed(theirs, busy))
+            theirs, *_ = _plan(other, length, length + off - _ahead(other, after), False, 0.0, busy)
+            ran = executed(theirs, busy)
+            busy = busy.plus(ran)
+            after += theirs.extra.get("after_end", sum(e - max(s, length) for s, e in ran if e > length))
         where = f"cluster {cfg.cluster}'s registry" if not cfg.shares else "shares"
         shared = (f"; planned after {', '.join(q for _o, q, _c in before)} on the same cluster, from {where} "
                   f"({sum(e - s for s, e in busy.intervals):.1f} s of theirs)")
     # Queries due earlier have the cluster for ``ahead`` seconds after the window's end: this
     # window's work after its end gets what is left of the deadline.
-    rel_deadline = deadline - window_start - cfg.ahead
+    rel_deadline = deadline - window_start - cfg.ahead - _ahead(cfg, after)
     plan, models, cost, agg, spec, planned = _plan(cfg, length, rel_deadline, backfill, now - window_start, busy)
     models += shared + estimate
     # The entries carry the scale planned with (learned, or given) for what expects their costs.
@@ -111,6 +113,14 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
                       backfill=backfill, models=models, cost_model=_json_model(cost),
                       final_agg_model=_json_model(agg), spec=_json_model(spec), config=cfg.to_dict(),
                       planned_after=[q for _o, q, _c in before])
+
+
+def _ahead(cfg: QueryConfig, after: float) -> float:
+    """Seconds of the deadline that the queries due earlier take after the window's end
+    (``after``), for a plan that counts them so: dynamic mode's, whose last MinBatches and
+    merges run one after another then, earliest deadline first. A planned window's batches
+    wait for those queries' work on the cluster (its ``busy`` time) instead."""
+    return after if cfg.mode == "dynamic" else 0.0
 
 
 def register_on_cluster(cfg: QueryConfig, window_start: float, window_end: float, deadline: float,
@@ -199,10 +209,20 @@ def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, 
         # δRSF bounds the cluster work that batching adds, and Cmax a batch's: Airflow's
         # dispatch is a wait on a worker, not the cluster's work, so the sizes leave it out.
         work, work_agg, _source = cost_models(replace(cfg, dispatch=0.0))
-        mb = min_batch_size(work, work_agg, cfg.units, cfg.rsf, cfg.c_max)
-        spec = spec(window_end=length, deadline=rel_deadline, arrival=arrival, method="minbatch",
+        # The last MinBatch and the merge run after the window's end, before the deadline
+        # (less what the queries due earlier on the cluster do after it: plan_window): that
+        # bounds the size too. A fused tail's task has started by then; else the last
+        # batch's task starts after it.
+        after_end = rel_deadline - length - cfg.grace
+        if not cfg.fuse_tail:
+            after_end -= max(0.0, cost.cost(1) - work.cost(1))
+        mb = min_batch_size(work, work_agg, cfg.units, cfg.rsf, cfg.c_max, after_end=max(after_end, 0.0),
+                            max_batches=cfg.max_batches)
+        end = length + cfg.grace - tail_startup(cfg, cost)
+        spec = spec(window_end=end, deadline=rel_deadline, arrival=_ready_by(arrival, end), method="minbatch",
                     sizes=_minbatch_sizes(cfg, mb.size))
-        models += f"; dynamic: MinBatches for rsf {cfg.rsf}"
+        models += f"; dynamic: MinBatches for rsf {cfg.rsf} and {after_end:.1f} s after the window's end" + \
+            (f" ({mb.reason})" if mb.reason else "")
     elif cfg.mode == "one_batch":
         spec = spec(window_end=length, deadline=rel_deadline, arrival=arrival, method="one_batch",
                     sizes=(cfg.units,))
@@ -214,8 +234,7 @@ def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, 
         # earlier. The batch before it must then be done that long before the window's end,
         # for the final task to start in time.
         end = length + cfg.grace - tail_startup(cfg, cost)
-        if end < length:  # units due after that are the last batch's anyway
-            arrival = EmpiricalArrival(tuple(min(o, end) for o in arrival.times))
+        arrival = _ready_by(arrival, end)
         # Function 1 gives the fewest batches for linear models only: other models get the
         # exact planner, in at most MAX_UNITS planning units. (It cannot plan whole batches
         # around the turns of queries due earlier: Function 1 does.) Each batch keeps at
@@ -226,7 +245,14 @@ def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, 
     plan = spec.plan()
     if cfg.mode == "dynamic" and not backfill:
         plan.extra["min_batch"] = mb.to_dict()
+        plan.extra["after_end"] = after_end_cost(work, work_agg, cfg.units, mb.size)
     return plan, models, cost, agg, spec, cfg
+
+
+def _ready_by(arrival: EmpiricalArrival, end: float) -> EmpiricalArrival:
+    """``arrival`` with the units due after ``end`` (a fused tail's last batch counted ready
+    before the window's end) due at it: they are the last batch's anyway."""
+    return EmpiricalArrival(tuple(min(o, end) for o in arrival.times))
 
 
 def _minbatch_sizes(cfg: QueryConfig, min_batch: int) -> tuple[int, ...]:

@@ -3,7 +3,7 @@
 import pytest
 
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.planning.minbatch import batched_cost, laxity, min_batch_size, slack
+from airflow_iqp.planning.minbatch import after_end_cost, batched_cost, laxity, min_batch_size, slack
 from airflow_iqp.planning.models import LinearCost, LinearFinalAgg, PiecewiseLinearCost
 
 
@@ -62,3 +62,32 @@ def test_one_batch_that_also_merges_counts_its_merge_in_the_bound():
     assert batched_cost(cost, agg, 120, mb.size - 1) > 1.5 * 52.5
     # Without merge_single one batch has no merge, as in the paper.
     assert min_batch_size(cost, LinearFinalAgg(base=20.0, per_batch=0.5), 120, 0.5).single_cost == pytest.approx(32.0)
+
+
+def test_the_deadline_bounds_the_last_minbatch_and_its_merge():
+    """The last MinBatch's units are complete at the window's end: that batch and the merge
+    must fit the time the deadline leaves after it (``after_end``)."""
+    cost = LinearCost(per_unit=0.1, per_batch=1.0)     # 100 units: 11 s in one batch
+    agg = LinearFinalAgg(base=0.5, per_batch=0.1)
+    after = {x: after_end_cost(cost, agg, 100, x) for x in range(1, 101)}
+    free = min_batch_size(cost, agg, 100, rsf=0.5)
+    assert free.bound_kept and free.size == 20 and after[20] == pytest.approx(4.0)
+    # 3.85 s: only batches of 6 to 17 units fit, none within the bound. Of those, the one
+    # that leaves the most of the deadline to the queries due after this one.
+    assert [x for x in after if after[x] <= 3.85] == list(range(6, 18))
+    bound = min_batch_size(cost, agg, 100, rsf=0.5, after_end=3.85)
+    assert bound.size == min(after, key=after.get) == 10 and not bound.bound_kept
+    assert "only batches of 6 to 17 units fit" in bound.reason and "more than (1 + rsf)" in bound.reason
+    # A deadline that the smallest MinBatch within the bound fits changes nothing.
+    assert min_batch_size(cost, agg, 100, rsf=0.5, after_end=60.0) == free
+    # One that no size fits: the size that finishes earliest after the window's end, and why.
+    late = min_batch_size(cost, agg, 100, rsf=0.5, after_end=0.5)
+    assert late.size == 10 and not late.bound_kept and "take 3.5 s at the least" in late.reason
+
+
+def test_max_batches_sets_the_smallest_size():
+    cost = LinearCost(per_unit=0.1, per_batch=0.01)    # batching is nearly free: the smallest size wins
+    agg = LinearFinalAgg(base=0.1, per_batch=0.01)
+    assert min_batch_size(cost, agg, 100, rsf=0.5).size < 7
+    capped = min_batch_size(cost, agg, 100, rsf=0.5, max_batches=16)
+    assert capped.size == 7 and capped.batches <= 16 and capped.bound_kept

@@ -416,13 +416,46 @@ def test_minbatches_are_sized_on_the_cluster_s_work_not_on_airflow_s_dispatch(tm
     assert plans[3.0].batches[0].cost == pytest.approx(plans[0.0].batches[0].cost + 3.0)
 
 
+def test_dynamic_mode_s_last_minbatch_fits_what_the_queries_due_earlier_leave_of_the_deadline(tmp_path):
+    """Each query's last MinBatch and merge run after the window's end, after those of the
+    queries due earlier on the cluster (earliest deadline first): its MinBatches are sized
+    to fit what they leave of its deadline, and the plan says so."""
+    from airflow_iqp.planning.minbatch import after_end_cost, min_batch_size
+    from airflow_iqp.planning.models import cost_model_from_dict, final_agg_from_dict
+
+    hints = dict(mode="dynamic", rsf=0.5, units=100, margin=0.0,
+                 cost_hint={"kind": "linear", "per_unit": 0.1, "per_batch": 1.0},
+                 final_agg_hint={"kind": "linear", "base": 0.5, "per_batch": 0.1})
+    end = START + 100
+    offsets = {"cq1": 4.0, "cq2": 7.5}
+    plans = {q: plan_window(cfg(tmp_path, query=q, shares=offsets, **hints), START, end, end + offsets[q], now=START)
+             for q in offsets}
+    alone = plan_window(cfg(tmp_path, query="cq2", **hints), START, end, end + offsets["cq2"], now=START)
+    models = (cost_model_from_dict(alone.cost_model, "c"), final_agg_from_dict(alone.final_agg_model, "a"))
+    free = min_batch_size(*models, 100, 0.5, max_batches=16)
+    # cq1, due first, has its deadline's 4 s, which its smallest MinBatch within rsf fits.
+    first = plans["cq1"].plan.extra
+    assert first["min_batch"]["size"] == free.size and first["min_batch"]["bound_kept"]
+    assert first["after_end"] == pytest.approx(after_end_cost(*models, 100, free.size)) and first["after_end"] <= 4.0
+    # cq2 (alone, as cq1) has what cq1 leaves of its 7.5 s, which batches of that size no
+    # longer fit: of those that do, the one that leaves the most of its deadline.
+    left = 7.5 - first["after_end"]
+    assert after_end_cost(*models, 100, free.size) > left and alone.plan.extra["min_batch"]["size"] == free.size
+    second = plans["cq2"]
+    assert second.planned_after == ["cq1"] and f"{left:.1f} s after the window's end" in second.models
+    mb = second.plan.extra["min_batch"]
+    assert mb == min_batch_size(*models, 100, 0.5, after_end=left, max_batches=16).to_dict()
+    assert not mb["bound_kept"] and mb["size"] < free.size and second.plan.extra["after_end"] <= left
+    assert "the deadline leaves" in second.models
+
+
 def test_dynamic_mode_plans_with_the_default_hints(tmp_path):
     """MinBatches with the hints a DAG gets by default: the merge a single batch pays too
     (20.5 s) exceeds rsf x that batch's cost, and the plan still sizes its MinBatches."""
     d = QueryConfig(query="cq2", landing=str(tmp_path / "landing"), state_dir=str(tmp_path / "state"), units=120,
                     streams=TPCH_STREAMS,
                     rate=1.0, mode="dynamic")
-    wp = plan_window(d, START, START + 120, START + 125, now=START)
+    wp = plan_window(d, START, START + 120, START + 300, now=START)
     mb = wp.plan.extra["min_batch"]
     assert mb["bound_kept"] and 1 <= mb["size"] <= 120
     assert sum(e.units for e in wp.batches if not e.spare) == 120
