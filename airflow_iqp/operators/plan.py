@@ -21,7 +21,7 @@ from airflow_iqp.query.store import Saved
 from airflow_iqp.window.config import QueryConfig, clock
 from airflow_iqp.window.accounting import late_entry, record_task_cpu
 from airflow_iqp.window.group import plan_group
-from airflow_iqp.window.plan import format_window_plan, plan_window, register_on_cluster, store_plan
+from airflow_iqp.window.plan import format_window_plan, plan_window, register_on_cluster, store_plan, wait_for_cluster
 from airflow_iqp.window.readiness import split_tail
 
 
@@ -124,6 +124,7 @@ class BatchPlanOperator(BaseOperator):
         else:
             # Registered before it plans: the other queries on its cluster plan with it from now on.
             register_on_cluster(cfg, start.timestamp(), end.timestamp(), deadline)
+            wait_for_cluster(cfg, start.timestamp(), (end - start).total_seconds())
             wp = plan_window(cfg, start.timestamp(), end.timestamp(), deadline)
             store_plan(wp)
         self.log.info("plan\n%s", format_window_plan(wp))

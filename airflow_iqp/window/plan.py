@@ -134,6 +134,47 @@ def register_on_cluster(cfg: QueryConfig, window_start: float, window_end: float
     return open_store(cfg.state_dir).cluster(cfg.cluster).register(cfg.query, doc, now)
 
 
+#: Before a query on a cluster plans its window, how long no other query may have registered
+#: that window (:func:`wait_for_cluster`) when the registry has no earlier window's queries
+#: to expect, and how long it waits at most.
+REGISTRY_SETTLE_S = 2.0
+REGISTRY_WAIT_MAX_S = 10.0
+
+
+def wait_for_cluster(cfg: QueryConfig, window_start: float, window_length: float, *,
+                     settle: float = REGISTRY_SETTLE_S, most: float = REGISTRY_WAIT_MAX_S,
+                     clock=time.time, sleep=time.sleep) -> list[str]:
+    """Wait until the other queries on ``cfg``'s cluster (and backend) have registered this
+    window, for a plan that counts those due earlier; return the queries registered for it.
+
+    The plan tasks of a cluster's queries start together at a window's start, and each
+    plans after the queries due earlier only if their registrations are there. Those
+    registered for the window before this one are expected again: it waits for them. A
+    registry without them (the first window) gives no such list: it waits until ``settle``
+    seconds pass with no new registration. At most ``most`` seconds in all (a query gone
+    from the cluster is waited for once). No cluster named, or a window that has ended (a
+    backfill plans alone): no wait."""
+    if not cfg.cluster:
+        return []
+    cluster, started = open_store(cfg.state_dir).cluster(cfg.cluster), clock()
+    if started >= window_start + window_length:
+        most = 0.0
+    warm = None
+    while True:
+        docs = [d for d in cluster.members().values() if d.get("backend") == cfg.backend]
+        now_in = [d for d in docs if abs(d.get("window_start", 0.0) - window_start) < 1e-6]
+        expected = [d for d in docs if window_start - 1.5 * window_length < d.get("window_start", 0.0) < window_start]
+        warm = bool(expected) if warm is None else warm
+        if warm:
+            done = not expected
+        else:
+            quiet_since = max((d.get("registered_at", started) for d in now_in), default=started)
+            done = clock() >= quiet_since + settle
+        if done or clock() >= started + most:
+            return sorted(d["query"] for d in now_in)
+        sleep(0.2)
+
+
 def planned_before(cfg: QueryConfig, window_start: float, window_end: float,
                    deadline: float) -> list[tuple[float, str, QueryConfig]]:
     """The queries this window is planned after, earliest deadline first, as (deadline offset,

@@ -507,3 +507,47 @@ def test_queries_naming_a_cluster_are_planned_jointly_from_its_registry(tmp_path
     with pytest.raises(ConfigError, match="backend.cluster"):
         SparkSubmit(cluster="a/b")
     assert SparkConnect(cluster="c1").query_config()["cluster"] == "c1"
+
+
+def test_a_plan_on_a_cluster_waits_for_the_queries_registering_its_window(tmp_path):
+    """The plan tasks of a cluster's queries start together: a plan waits for the queries
+    registered for the window before (a warm registry), or, on a first window, until no
+    query has registered for ``settle`` seconds; never past ``most``, never for a window
+    that has ended."""
+    from airflow_iqp.window.plan import register_on_cluster, wait_for_cluster
+
+    t = [START + 1.0]
+    clock = lambda: t[0]  # noqa: E731
+    mine = cfg(tmp_path, query="cq1", cluster="c1")
+    # When the others register (their plan tasks starting): time -> (query, its window's start).
+    arrivals = {START + 1.5: ("cq2", START), START + 2.5: ("q6", START)}
+
+    def sleep(s):
+        for at, (q, ws) in list(arrivals.items()):
+            if t[0] < at <= t[0] + s:
+                register_on_cluster(cfg(tmp_path, query=q, cluster="c1"), ws, ws + 60, ws + 70, now=at)
+                del arrivals[at]
+        t[0] += s
+
+    register_on_cluster(mine, START, START + 60, START + 70, now=t[0])
+    # A first window: 2 s with no new registration after q6's, at START + 2.5.
+    assert wait_for_cluster(mine, START, 60.0, settle=2.0, clock=clock, sleep=sleep) == ["cq1", "cq2", "q6"]
+    assert START + 4.5 <= t[0] < START + 4.8
+    # The next window: it waits for the two registered for the one before, not for a quiet spell.
+    nxt = START + 60
+    t[0] = nxt + 1.0
+    arrivals.update({nxt + 1.3: ("cq2", nxt), nxt + 3.0: ("q6", nxt)})
+    register_on_cluster(mine, nxt, nxt + 60, nxt + 70, now=t[0])
+    assert wait_for_cluster(mine, nxt, 60.0, settle=2.0, clock=clock, sleep=sleep) == ["cq1", "cq2", "q6"]
+    assert nxt + 3.0 <= t[0] < nxt + 3.3
+    # One that does not come back is waited for up to `most` seconds, once.
+    later = nxt + 60
+    t[0] = later + 1.0
+    arrivals.update({later + 1.2: ("cq2", later)})
+    register_on_cluster(mine, later, later + 60, later + 70, now=t[0])
+    assert wait_for_cluster(mine, later, 60.0, most=5.0, clock=clock, sleep=sleep) == ["cq1", "cq2"]
+    assert later + 6.0 <= t[0] < later + 6.3
+    # A window that has ended (a backfill) and a query on no cluster do not wait.
+    t[0] = later + 100
+    assert wait_for_cluster(mine, later, 60.0, clock=clock, sleep=sleep) == ["cq1", "cq2"] and t[0] == later + 100
+    assert wait_for_cluster(cfg(tmp_path, query="q9"), later, 60.0, clock=clock, sleep=sleep) == []
