@@ -85,7 +85,10 @@ def execute_tail(spark, ws: WindowState, tail_batch: int | None, static: str | d
 #: deadline first. After the window's end a member's step is a few units and a merge of a
 #: few partials: mostly the driver's work (analysis, scheduling, the result's commit) on
 #: one core, so one member after another leaves the other core of a small cluster idle.
-#: The plan (``window.group.tail_deadline``) counts them one after another: it errs late.
+#: The earliest-due member runs alone, before the others start: its deadline is the
+#: nearest to the window's end, and a second member beside it slows it (the driver's
+#: work shares the cores). The plan (``window.group.tail_deadline``) counts the members
+#: one after another: it errs late.
 TAIL_LANES = 2
 
 
@@ -109,8 +112,8 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     that member's step runs on its units with the last batch's: a member due earlier does
     not wait for the steps of members due later. ``kept``: such batches' units as the
     shared batch left them cached in this session (its ``keep``), not read again.
-    ``written``: member -> its partials as :func:`read_written` read them ahead. A retry
-    claims nothing again and writes each result again from the same claims: no unit is
+    ``written``: member -> its partials as :func:`read_written` read them ahead. The first
+    member runs alone: the others start once its result is written. A retry claims nothing again and writes each result again from the same claims: no unit is
     counted twice. Returns ``{"members": {member: its result manifest}, "started":
     {member: when its work started}}``; a member that fails fails the tail once the
     members already started are done, and the members not started yet do not start."""
@@ -146,10 +149,12 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
         for b in dict.fromkeys(b for batches in todo.values() for b in batches if b not in read):
             claim = claims[b]
             read[b] = read_shared(spark, group, saved, files_to_read(claim), claim.get("checked"))
-        with ThreadPoolExecutor(max_workers=min(TAIL_LANES, len(members)), thread_name_prefix="iqp-tail") as lanes:
-            futures = {m: lanes.submit(finish, m) for m in members}  # started in this order
+        first, *rest = members
+        out = {first: finish(first)}  # the earliest-due member alone
+        with ThreadPoolExecutor(max_workers=max(1, min(TAIL_LANES, len(rest))), thread_name_prefix="iqp-tail") as lanes:
+            futures = {m: lanes.submit(finish, m) for m in rest}  # started in this order
             try:
-                out = {m: futures[m].result() for m in members}
+                out |= {m: futures[m].result() for m in rest}
             except BaseException:
                 lanes.shutdown(wait=True, cancel_futures=True)
                 raise

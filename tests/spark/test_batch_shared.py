@@ -40,13 +40,15 @@ def assert_tpch_result(ws, q: str, units, tpch_dir) -> None:
 
 
 def assert_started_in_lanes(out: dict, members: tuple[str, ...]) -> None:
-    """A group tail's members started in the order given, earliest deadline first, and at
-    most ``TAIL_LANES`` at once: each one after those lanes' earlier members had written
-    all but ``TAIL_LANES - 1`` of their results."""
+    """A group tail's members started in the order given, earliest deadline first: the
+    first alone (every other started after its result was written), then at most
+    ``TAIL_LANES`` at once, each after the earlier members had written all but
+    ``TAIL_LANES - 1`` of their results."""
     from airflow_iqp.spark.tail import TAIL_LANES
 
     started = [out["started"][q] for q in members]
     assert started == sorted(started)
+    assert all(t >= out["members"][members[0]]["written_at"] for t in started[1:]), (started, members)
     for i, q in enumerate(members[TAIL_LANES:], start=TAIL_LANES):
         done = sorted(out["members"][p]["written_at"] for p in members[:i])
         assert out["started"][q] >= done[i - TAIL_LANES], (q, started, done)
