@@ -113,7 +113,8 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     not wait for the steps of members due later. ``kept``: such batches' units as the
     shared batch left them cached in this session (its ``keep``), not read again.
     ``written``: member -> its partials as :func:`read_written` read them ahead. The first
-    member runs alone: the others start once its result is written. A retry claims nothing again and writes each result again from the same claims: no unit is
+    member runs alone: the others start once its result is written. A retry claims
+    nothing again and writes each result again from the same claims: no unit is
     counted twice. Returns ``{"members": {member: its result manifest}, "started":
     {member: when its work started}}``; a member that fails fails the tail once the
     members already started are done, and the members not started yet do not start."""

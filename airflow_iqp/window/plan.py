@@ -296,9 +296,9 @@ def _ready_by(arrival: EmpiricalArrival, end: float) -> EmpiricalArrival:
     return EmpiricalArrival(tuple(min(o, end) for o in arrival.times))
 
 
-def _minbatch_sizes(cfg: QueryConfig, min_batch: int) -> tuple[int, ...]:
-    """Section 4's dynamic mode: the window cut into MinBatches (at most ``max_batches``)."""
-    size = max(min_batch, -(-cfg.units // cfg.max_batches))
+def _minbatch_sizes(cfg: QueryConfig, size: int) -> tuple[int, ...]:
+    """Section 4's dynamic mode: the window cut into MinBatches of ``size`` units (sized by
+    ``min_batch_size`` with ``max_batches``, so at most that many)."""
     return (size,) * (cfg.units // size) + ((cfg.units % size,) if cfg.units % size else ())
 
 
