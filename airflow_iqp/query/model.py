@@ -136,6 +136,9 @@ class Query:
     sql: str | None = None
     partial_sql: str | None = None
     merge_sql: str | tuple[str, ...] | None = None
+    #: Partials of several batches folded into one partial, the same columns and types
+    #: (:meth:`compute_fold`); None when a state does not fold, and for function queries.
+    fold_sql: str | None = None
     finish_sql: str | None = None
     columns: tuple[str, ...] = ()
     ordered: bool = False
@@ -229,6 +232,22 @@ class Query:
             merged[name] = lazy_sql(spark, merge, partials=partials)
         return lazy_sql(spark, self.finish_sql, **merged, **{t: static[t] for t in self.final_static})
 
+    def compute_fold(self, spark, partials, schema=None):
+        """Several batches' partials (a DataFrame of their union) folded into one partial,
+        with the same columns and types: merging it with more partials gives the result
+        merging them all gives. None when the query's states do not fold (:attr:`fold_sql`).
+
+        A fused tail folds the partials written during the window (the DISS paper's kept
+        aggregate state), so that after the window's end its merge reads one state and the
+        last batch, not every batch's partial.
+        """
+        if self.fold_sql is None:
+            return None
+        fold = self.fold_sql
+        if _TYPE_MARK.search(fold):
+            fold = resolve_types(fold, {f.name: f.dataType.simpleString() for f in (schema or partials.schema).fields})
+        return lazy_sql(spark, fold, partials=partials)
+
     # ----------------------------------------------------------------- JSON
 
     def to_dict(self) -> dict:
@@ -237,7 +256,8 @@ class Query:
                "single_batch": self.single_batch, "final_static": list(self.final_static)}
         if self.kind == "sql":
             merge = self.merge_sql if isinstance(self.merge_sql, str) else list(self.merges)
-            out |= {"sql": self.sql, "partial_sql": self.partial_sql, "merge_sql": merge, "finish_sql": self.finish_sql}
+            out |= {"sql": self.sql, "partial_sql": self.partial_sql, "merge_sql": merge, "fold_sql": self.fold_sql,
+                    "finish_sql": self.finish_sql}
             if self.aggregations:
                 out["aggregations"] = [a.to_dict() for a in self.aggregations]
         else:
@@ -256,7 +276,7 @@ class Query:
             aggs = tuple(Aggregation(a["partial_sql"], tuple(a["streams"]), int(a.get("scan", 0)))
                          for a in d.get("aggregations", ()))
             return cls(**common, sql=d.get("sql"), partial_sql=d["partial_sql"], merge_sql=d["merge_sql"],
-                       finish_sql=d["finish_sql"], aggregations=aggs)
+                       fold_sql=d.get("fold_sql"), finish_sql=d["finish_sql"], aggregations=aggs)
         import pickle
 
         partial, final = pickle.loads(base64.b64decode(d["functions"]))

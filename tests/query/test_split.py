@@ -57,6 +57,20 @@ def test_variance_merges_count_mean_and_m2_not_sums_of_squares():
     assert "OVER ()" in q.merge_sql and "x * x" not in q.partial_sql
 
 
+def test_partials_fold_into_one_partial_of_their_columns_unless_a_state_needs_the_merge_s_window():
+    q = split("SELECT k, count(DISTINCT y) AS d, sum(x) FILTER (WHERE x > 0) AS s, min(y) AS lo, "
+              "approx_count_distinct(y) AS u FROM events GROUP BY k")
+    assert q.fold_sql == ("SELECT _k0, _d0, CAST(SUM(_s0) AS __type_of___s0__) AS _s0, MIN(_s1) AS _s1, "
+                          "HLL_UNION_AGG(_s2) AS _s2 FROM {partials} GROUP BY _k0, _d0")
+    assert split("SELECT count(*) AS n FROM events").fold_sql.endswith("FROM {partials}")  # one row, no GROUP BY
+    assert "GROUP BY _k0, _g0" in split("SELECT k, sum(x) AS s FROM events GROUP BY ROLLUP(k)").fold_sql
+    two = split("SELECT a.k, a.n, b.m FROM (SELECT k, count(*) AS n FROM events GROUP BY k) a "
+                "JOIN (SELECT k, max(x) AS m FROM events WHERE x > 1 GROUP BY k) b ON a.k = b.k")
+    assert two.fold_sql.startswith("SELECT _agg, _0_k0, ") and two.fold_sql.endswith("GROUP BY _agg, _0_k0, _1_k0")
+    assert split("SELECT k, var_samp(x) AS v FROM events GROUP BY k").fold_sql is None  # its mean and M2 do not
+    assert Query.from_dict(q.to_dict()).fold_sql == q.fold_sql
+
+
 def test_an_outer_query_and_a_cte_run_in_the_final_step():
     q = split("WITH a AS (SELECT k, sum(x) AS s FROM events GROUP BY k) SELECT k, s * 2 AS s2 FROM a WHERE s > 0")
     assert q.partial_sql == "SELECT k AS _k0, SUM(x) AS _s0 FROM {events} AS events GROUP BY k"

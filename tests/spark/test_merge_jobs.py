@@ -151,11 +151,13 @@ def test_a_fused_tail_merges_its_batch_in_one_job_writes_no_partial_and_a_retry_
 
 
 def test_a_fused_tail_merges_the_partials_read_ahead_unless_one_was_written_again(spark, units, tpch_dir, tmp_path):
-    """What a fused tail reads while it waits (``read_written``) is read again when a partial
-    appears, and the merge uses it only if no partial was written again since (a retried
-    batch's new directory): the result is right either way."""
+    """What a fused tail reads while it waits (``read_written``) is the written partials
+    folded into one cached state, folded again when a partial appears; the merge uses it
+    only if no partial was written again since (a retried batch's new directory): the
+    result is right either way."""
     from airflow_iqp.spark.merge import _ahead_or_paths
-    from airflow_iqp.spark.tail import execute_tail, read_written
+    from airflow_iqp.spark.steps import parquet_rows
+    from airflow_iqp.spark.tail import execute_tail, read_written, release
 
     qid, static = "cq3", str(tpch_dir / "static")
     query = get_query(qid)
@@ -169,9 +171,14 @@ def test_a_fused_tail_merges_the_partials_read_ahead_unless_one_was_written_agai
     execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)
     paths = [ws.partial_uri(b) for b in (0, 1)]
     assert _ahead_or_paths(ahead, ws, paths) == paths  # batch 1's partial came after it
+    first = ahead
     ahead = read_written(spark, ws, ahead)
     assert read_written(spark, ws, ahead) is ahead  # nothing new: not read again
     assert _ahead_or_paths(ahead, ws, paths) is ahead["df"]
+    # One state, cached: CQ3 counts per supplier, and the two batches' suppliers overlap.
+    assert ahead["cached"] and ahead["df"].storageLevel.useMemory and not first["df"].storageLevel.useMemory
+    assert ahead["df"].count() < sum(parquet_rows(p) for p in paths)
+    assert "InMemoryTableScan" in ahead["df"].unionByName(ahead["df"])._jdf.queryExecution().executedPlan().toString()
     cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
     execute_tail(spark, ws, 2, static, backend=BACKEND, written=ahead)
     assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="tail merged with the read-ahead")
@@ -179,6 +186,10 @@ def test_a_fused_tail_merges_the_partials_read_ahead_unless_one_was_written_agai
     assert _ahead_or_paths(ahead, ws, paths) == paths
     execute_tail(spark, ws, 2, static, backend=BACKEND, written=ahead)
     assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="tail after a partial written again")
+    refolded = read_written(spark, ws, ahead)  # batch 1's new version: folded from the files again
+    assert refolded is not ahead and not ahead["df"].storageLevel.useMemory
+    release(refolded)
+    assert not refolded["df"].storageLevel.useMemory
 
 
 def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_units_land(

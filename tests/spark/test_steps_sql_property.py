@@ -11,7 +11,8 @@ generated event stream (tests/support/events.py). For each, at
 K = 1, 2, 3 and 6 batches, the batched result equals DuckDB running the same SQL over all
 files (row for row, ORDER BY respected, numbers within 1e-9 relative), and its columns'
 names and types are those of Spark running the query once. One local Spark session serves
-every example.
+every example. Merging the first K - 1 batches folded into one state (a fused tail's)
+with the last gives the same result.
 """
 
 from __future__ import annotations
@@ -230,12 +231,18 @@ def _saved(query: Query, data: Path) -> Saved:
 
 
 def batched(spark, saved: Saved, units: list[Path], k: int, out: Path):
-    """The window cut into ``k`` consecutive batches: partials written, then merged."""
+    """The window cut into ``k`` consecutive batches: partials written, then merged; and the
+    merge a fused tail makes, the first ``k - 1`` folded into one state (None when the
+    query does not fold) merged with the last."""
     partials = []
     for b, chunk in enumerate(split_consecutive(units, k)):
         df = run_batch(spark, saved, files_of(chunk, saved.streams))
         partials.append(str(write_atomic(df, out / f"k{k}" / f"batch-{b:04d}")))
-    return run_final(spark, saved, partials)
+    folded = None
+    if k > 1 and (state := saved.query.compute_fold(spark, spark.read.parquet(*partials[:-1]))) is not None:
+        assert state.schema.simpleString() == spark.read.parquet(partials[0]).schema.simpleString()
+        folded = run_final(spark, saved, state, also=spark.read.parquet(partials[-1]))
+    return run_final(spark, saved, partials), folded
 
 
 def one_pass(spark, sql: str, data: Path, units: list[Path]):
@@ -261,10 +268,13 @@ def check_query(spark, sql: str, data: Path, out: Path, ks=(1, 2, 3, 6)) -> None
     # Names and types (not nullability: a key read back from a partial's parquet is nullable).
     want = one_pass(spark, sql, data, units).schema.simpleString()
     for k in ks:
-        result = batched(spark, saved, units, min(k, len(units)), out)
-        assert result.schema.simpleString() == want, f"{sql}\nk={k}"
-        assert result.columns == cols == list(query.columns), sql
-        assert_same_rows([tuple(r) for r in result.collect()], ref, query.ordered, f"{sql}\nk={k}")
+        result, folded = batched(spark, saved, units, min(k, len(units)), out)
+        for how, df in (("", result), (" folded", folded)):
+            if df is None:
+                continue
+            assert df.schema.simpleString() == want, f"{sql}\nk={k}{how}"
+            assert df.columns == cols == list(query.columns), sql
+            assert_same_rows([tuple(r) for r in df.collect()], ref, query.ordered, f"{sql}\nk={k}{how}")
 
 
 #: Queries drawn per run: IQP_SQL_EXAMPLES (default 10) of the one-aggregation grammar, and a
@@ -367,8 +377,9 @@ def test_sum_over_only_nulls_is_null(spark, events_dir, tmp_path):
     query = decompose(sql, id="nulls", streams=["events"])
     saved = _saved(query, events_dir)
     units = list_units(events_dir / "events", saved.streams)
-    rows = [tuple(r) for r in batched(spark, saved, units, 3, tmp_path).collect()]
-    assert rows and all(s is None and c == 0 for _, s, c in rows)
+    for df in batched(spark, saved, units, 3, tmp_path):  # merged, and folded then merged
+        rows = [tuple(r) for r in df.collect()]
+        assert rows and all(s is None and c == 0 for _, s, c in rows)
 
 
 def test_approx_count_distinct_merges_hll_sketches(spark, events_dir, tmp_path):
@@ -376,13 +387,15 @@ def test_approx_count_distinct_merges_hll_sketches(spark, events_dir, tmp_path):
     sql = "SELECT country, approx_count_distinct(user_id) AS u, approx_count_distinct(amount) AS a FROM events GROUP BY country"
     query = decompose(sql, id="hll", streams=["events"])
     assert "HLL_SKETCH_AGG" in query.partial_sql and "HLL_UNION_AGG" in query.merge_sql
+    assert "HLL_UNION_AGG(_s0) AS _s0" in query.fold_sql  # a fold's state is a sketch still
     saved = _saved(query, events_dir)
     units = list_units(events_dir / "events", saved.streams)
     _, exact = duckdb_events(sql.replace("approx_count_distinct", "count(DISTINCT ").replace("(user_id)", " user_id)")
                              .replace("(amount)", " amount)"), events_dir)
     for k in (1, 6):
-        got = [tuple(r) for r in batched(spark, saved, units, k, tmp_path).collect()]
-        assert_same_rows(got, exact, False, f"k={k}")
+        for how, df in zip(("", " folded"), batched(spark, saved, units, k, tmp_path)):
+            if df is not None:
+                assert_same_rows([tuple(r) for r in df.collect()], exact, False, f"k={k}{how}")
 
 
 def test_custom_pyspark_functions_run_through_the_same_steps(spark, events_dir, tmp_path):
@@ -401,10 +414,10 @@ def test_custom_pyspark_functions_run_through_the_same_steps(spark, events_dir, 
     units = list_units(events_dir / "events", saved.streams)
     _, ref = duckdb_events("SELECT country, arg_max(user_id, amount) AS top_user FROM events WHERE amount IS NOT NULL "
                            "GROUP BY country ORDER BY country NULLS FIRST", events_dir)
-    got = [tuple(r) for r in batched(spark, saved, units, 3, tmp_path).collect()]
+    got = [tuple(r) for r in batched(spark, saved, units, 3, tmp_path)[0].collect()]
     assert_same_rows(got, ref, True, "custom functions")
     restored = Query.from_dict(query.to_dict())  # how it travels to a spark-submit driver
-    again = [tuple(r) for r in batched(spark, _saved(restored, events_dir), units, 2, tmp_path / "r").collect()]
+    again = [tuple(r) for r in batched(spark, _saved(restored, events_dir), units, 2, tmp_path / "r")[0].collect()]
     assert again == got
 
 
@@ -415,5 +428,5 @@ def test_a_query_that_cannot_be_split_runs_as_one_batch_when_allowed(spark, even
     saved = _saved(query, events_dir)
     units = list_units(events_dir / "events", saved.streams)
     _, ref = duckdb_events(sql.replace("percentile(amount, 0.5)", "quantile_cont(amount, 0.5)"), events_dir)
-    got = [tuple(r) for r in batched(spark, saved, units, 1, tmp_path).collect()]
+    got = [tuple(r) for r in batched(spark, saved, units, 1, tmp_path)[0].collect()]
     assert_same_rows(got, ref, True, "single batch")

@@ -60,7 +60,7 @@ from typing import Mapping, Sequence
 import sqlglot.expressions as exp
 
 from airflow_iqp.query.model import Aggregation, Query
-from airflow_iqp.query.split._combine import combine
+from airflow_iqp.query.split._combine import combine, fold_sql
 from airflow_iqp.query.split._common import ONE_BATCH, QueryRefused
 from airflow_iqp.query.split._find import find_aggregations, lift_key_filters
 from airflow_iqp.query.split._naming import final_columns, output_name
@@ -109,9 +109,9 @@ def _decompose(sql: str, *, id: str, streams, static, schemas, allow_single_batc
         if not allow_single_batch:
             raise
         return single_batch_query(sql, tree, id=id, streams=used_streams, static=used_static, title=title)
-    partial_sql, merges, finish_sql, final_static, aggregations = steps
+    partial_sql, merges, fold, finish_sql, final_static, aggregations = steps
     return Query(id=id, streams=tuple(used_streams), static=tuple(used_static), sql=sql, partial_sql=partial_sql,
-                 merge_sql=merges, finish_sql=finish_sql, columns=tuple(columns),
+                 merge_sql=merges, fold_sql=fold, finish_sql=finish_sql, columns=tuple(columns),
                  ordered=bool(tree.args.get("order")), title=title, final_static=tuple(final_static),
                  aggregations=aggregations)
 
@@ -144,7 +144,7 @@ def _split_all(work: exp.Expression, aggs: list[exp.Select], tables: Sequence[st
         read = _streams_of(select, streams)
         aggregations.append(Aggregation(placeholders(select, tables, copy=False), read, scan))
     merges = tuple(p.merge_sql for p in ordered) if several else ordered[0].merge_sql
-    return partial_sql, merges, finish_sql, final_static, tuple(aggregations)
+    return partial_sql, merges, fold_sql(ordered), finish_sql, final_static, tuple(aggregations)
 
 
 def _streams_of(select: exp.Select, streams: set[str]) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from typing import Sequence
 import sqlglot.expressions as exp
 
 from airflow_iqp.query.split._common import col
+from airflow_iqp.query.split._rewrite import fold_of
 from airflow_iqp.query.split._steps import Part, placeholders
 
 TAG = "_agg"
@@ -42,6 +43,25 @@ def combine(parts: list[Part], tables: Sequence[str]) -> tuple[str, list[int]]:
     for branch in branches[1:]:
         union = exp.union(union, branch, distinct=False)
     return placeholders(union, tables, copy=False), [scan[p.index] for p in parts]
+
+
+def fold_sql(parts: list[Part]) -> str | None:
+    """Partials of several batches folded into one partial of the same columns and types:
+    grouped by every column that is not a state (keys, DISTINCT arguments, grouping bits,
+    the ``_agg`` tag), each state by its own fold (:func:`~airflow_iqp.query.split._rewrite.fold_of`).
+    Merging the fold with more partials gives what merging them all gives: SUM, COUNT,
+    MIN, MAX, BOOL_AND/OR and HLL sketches are associative. None when a state does not fold."""
+    states: dict[str, str] = {}
+    for p in parts:
+        for name, state in p.states:
+            fold = fold_of(state, name)
+            if fold is None:
+                return None
+            states[name] = fold
+    names = ([TAG] if len(parts) > 1 else []) + [n for p in parts for n in p.names]
+    keys = [n for n in names if n not in states]
+    cols = ", ".join(n if n not in states else f"{states[n]} AS {n}" for n in names)
+    return f"SELECT {cols} FROM {{partials}}" + (f" GROUP BY {', '.join(keys)}" if keys else "")
 
 
 def _tagged(part: Part) -> exp.Select:

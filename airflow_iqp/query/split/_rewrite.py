@@ -190,6 +190,21 @@ def _merge_of(agg: exp.Expression, cond, split: Split, node: exp.Expression) -> 
                        f"COUNT_IF, BOOL_AND/OR, VAR_*/STDDEV_*, agg(DISTINCT ...), approx_count_distinct); {SINGLE}")
 
 
+def fold_of(state: exp.Expression, name: str) -> str | None:
+    """How partial column ``name``, aggregate state ``state``, folds with itself over several
+    batches into one partial's column of the same type (the tail's running state,
+    :func:`~airflow_iqp.query.split._combine.fold_sql`); None for a state that does not fold
+    by one aggregate (a variance's mean and M2 need the merge's window)."""
+    agg = state.this if isinstance(state, exp.Filter) else state
+    if isinstance(agg, (exp.Count, exp.CountIf, exp.Sum)):
+        return f"CAST(SUM({name}) AS {TYPE_OF.format(name)})"
+    if isinstance(agg, _SAME):
+        return to_sql(agg.__class__(this=col(name)))
+    if isinstance(agg, exp.Anonymous) and agg.name.upper() == "HLL_SKETCH_AGG":
+        return f"HLL_UNION_AGG({name})"
+    return None
+
+
 def rewrite_above(node: exp.Expression, split: Split, aliases: Mapping[str, exp.Expression]) -> exp.Expression:
     """An expression of the aggregation's SELECT/HAVING/ORDER BY over the merged columns."""
     index = split.key_index(node) if not isinstance(node, (exp.Literal, exp.Null, exp.Boolean)) else None
