@@ -33,10 +33,11 @@ from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.readiness import TAIL_POLL_S, batch_ready, fold_into_tail, wait_and_claim
 
 
-def read_written(spark, ws: WindowState, earlier: dict | None = None) -> dict | None:
+def read_written(spark, ws: WindowState, earlier: dict | None = None, fold: bool = True) -> dict | None:
     """The partials of a window written by now, read and folded into one state ahead of the
-    merge: ``{"dirs": ws.partial_versions(), "df": DataFrame}``, None if there are none, or
-    ``earlier`` if they have not changed since it was read.
+    merge: ``{"dirs": ws.partial_versions(), "df": DataFrame, "cached": the cached state it
+    reads, or None, "folded": bool}``; None if there are none, or ``earlier`` if they have
+    not changed since it was read (and folded, if ``fold``).
 
     A fused tail reads them while it waits for the window's last units, so that after the
     window's end, where a tight deadline leaves tenths of a second, its merge reads two
@@ -44,36 +45,41 @@ def read_written(spark, ws: WindowState, earlier: dict | None = None) -> dict | 
     partials folded by the query's own aggregates (:meth:`~airflow_iqp.query.model.Query.compute_fold`),
     cached in the session and computed now: each new partial is folded into the state
     before it (``earlier``), as the DISS paper keeps an aggregate's state between deltas.
-    A query whose states do not fold (a variance, a function query) gets the partials
-    read and their schema resolved, not folded. :func:`execute_final` uses it only if the
-    window's partials are still those; :func:`release` frees a cached state.
+    Folding is a Spark job: without ``fold`` (the window's end is too near,
+    :func:`room_until`), a new partial is only read beside the state, and the merge reads
+    both. A query whose states do not fold (a variance, a function query) gets its
+    partials read and their schema resolved. :func:`execute_final` uses it only if the
+    window's partials are still those; :func:`release` frees its cached state.
     """
     dirs = ws.partial_versions()
-    if earlier is not None and earlier["dirs"] == dirs:
+    if earlier is not None and earlier["dirs"] == dirs and (earlier["folded"] or not fold):
         return earlier
-    if not dirs:
+    grown = (earlier is not None and earlier.get("cached") is not None
+             and all(dirs.get(d) == v for d, v in earlier["dirs"].items()))
+    if not grown:
         release(earlier)
+    if not dirs:
         return None
-    query = load_query(ws.query_id, ws.store).query
-    grown = earlier is not None and earlier.get("cached") and all(dirs.get(d) == v for d, v in earlier["dirs"].items())
     new = [d for d in dirs if not grown or d not in earlier["dirs"]]
-    df = spark.read.parquet(*new)
-    folded = query.compute_fold(spark, earlier["df"].unionByName(df) if grown else df,
-                                schema=earlier["df"].schema if grown else None)
-    if folded is None:
+    df = earlier["df"] if grown else None
+    if new:
+        df = spark.read.parquet(*new) if df is None else df.unionByName(spark.read.parquet(*new))
+    state = load_query(ws.query_id, ws.store).query.compute_fold(spark, df) if fold else None
+    if state is None:
         df.schema  # noqa: B018  (resolves the files' schema now, not after the window's end)
-        return {"dirs": dirs, "df": df}
-    folded = folded.cache()
-    folded.count()  # computed now, while the window is open
-    folded.schema  # noqa: B018  (resolved now: the merge asks for it)
+        # folded: nothing is left to fold (the query does not fold), or ``fold`` was not asked
+        return {"dirs": dirs, "df": df, "cached": earlier["cached"] if grown else None, "folded": fold}
+    state = state.cache()
+    state.count()  # computed now, while the window is open
+    state.schema  # noqa: B018  (resolved now: the merge asks for it)
     release(earlier)
-    return {"dirs": dirs, "df": folded, "cached": True}
+    return {"dirs": dirs, "df": state, "cached": state, "folded": True}
 
 
 def release(written: dict | None) -> None:
-    """Free a state :func:`read_written` cached in the session (a server's memory outlives a Connect session)."""
-    if written is not None and written.get("cached"):
-        written["df"].unpersist()
+    """Free the state :func:`read_written` cached in the session (a server's memory outlives a Connect session)."""
+    if written is not None and written.get("cached") is not None:
+        written["cached"].unpersist()
 
 
 def execute_tail(spark, ws: WindowState, tail_batch: int | None, static: str | dict | None, *, backend: str,
@@ -212,9 +218,9 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
     started (``tail.before``), in order: wait until it may start, as its sensor would,
     claim, take a turn on the cluster, write its partial; or, once the last batch may claim,
     leave its units to it (``fold_into_tail``). Then the last batch: rehearse it while there
-    is time (:func:`rehearse_tail`), wait, reading the written partials as they come
-    (:func:`read_written`), claim, take a turn and run it with the merge
-    (:func:`execute_tail`). Turns: ``slots`` batches of the store at once, earliest
+    is time (:func:`rehearse_tail`; a group's, its first member's step), wait, folding the
+    written partials as they come (:func:`read_written`), claim, take a turn and run it with
+    the merge (:func:`execute_tail`). Turns: ``slots`` batches of the store at once, earliest
     deadline first; with a gate the turn is its, and the last batch's ``turn_ts``
     (``ahead``) does not hold it back as well. A retry re-reads every claim and skips a
     partial already written.
@@ -233,12 +239,14 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
         _run_batch_in_turn(spark, ws, entry, slots, backend, history, stop, kept)
     if tail.members:
         windows = {m: ws.store.window(m, ws.window_id) for m in tail.members}
-        written = {m: read_written(spark, w) for m, w in windows.items()}
+        written = {m: read_written(spark, w, fold=time.time() < room_until(tail)) for m, w in windows.items()}
+        first = tail.members[0]  # the earliest due, which runs alone: its plan is the one to warm
+        rehearse_tail(spark, windows[first], tail, slots, written[first])
 
         def read_again(seconds: float) -> None:  # while it waits: each member's partials, when they change
             if seconds > TAIL_POLL_S:  # not in the last second's quick polls: that is a listing per member
                 for m, w in windows.items():
-                    written[m] = read_written(spark, w, written[m])
+                    written[m] = read_written(spark, w, written[m], fold=time.time() < room_until(tail))
             time.sleep(seconds)
 
         try:
@@ -251,12 +259,12 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
         finally:
             for state in written.values():
                 release(state)
-    ahead = [read_written(spark, ws)]
+    ahead = [read_written(spark, ws, fold=time.time() < room_until(tail))]
     try:
         rehearse_tail(spark, ws, tail, slots, ahead[0])
 
-        def sleep(seconds: float) -> None:  # while it waits: read the partials again when they change
-            ahead[0] = read_written(spark, ws, ahead[0])
+        def sleep(seconds: float) -> None:  # while it waits: fold the partials again when they change
+            ahead[0] = read_written(spark, ws, ahead[0], fold=time.time() < room_until(tail))
             time.sleep(seconds)
 
         claim = wait_and_claim(tail, sleep=sleep)
@@ -269,9 +277,15 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
         release(ahead[0])
 
 
-#: A fused tail rehearses (:func:`rehearse_tail`) only while the window's end is at least
-#: this many times its expected seconds away, so that the rehearsal is over before then.
+#: A fused tail rehearses (:func:`rehearse_tail`), or folds a new partial into its state
+#: (:func:`read_written`), only while the window's end is at least this many times its
+#: expected seconds away, so that the job is over before the last batch may claim.
 REHEARSAL_ROOM = 3.0
+
+
+def room_until(tail: Batch) -> float:
+    """Until when a fused tail has room for a job before its last batch (:data:`REHEARSAL_ROOM`)."""
+    return tail.ready_ts - REHEARSAL_ROOM * tail.remaining_cost / tail.cost_scale
 
 
 def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0,
@@ -289,8 +303,7 @@ def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0,
     failure is printed and ignored: the tail meets the same error, if it is one, and
     reports it. Returns the rehearsal's seconds.
     """
-    expected = tail.remaining_cost / tail.cost_scale
-    until = tail.ready_ts - REHEARSAL_ROOM * expected
+    until = room_until(tail)
     claims = [c for c in ws.claims().values() if kept_units(c)]
     if not claims or time.time() >= until:
         return None
@@ -314,7 +327,8 @@ def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0,
     finally:
         ws.remove_scratch("rehearsal")
     seconds = time.perf_counter() - t0
-    print(f"airflow-iqp final_job: {tail.label}: rehearsed on unit {unit} in {seconds:.2f} s", flush=True)
+    whose = f" ({ws.query_id}'s step)" if tail.members else ""
+    print(f"airflow-iqp final_job: {tail.label}: rehearsed on unit {unit}{whose} in {seconds:.2f} s", flush=True)
     return seconds
 
 

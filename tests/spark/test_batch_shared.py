@@ -4,6 +4,8 @@ on a retried batch too (airflow_iqp.spark.batch.execute_shared_batch)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.spark.test_steps_sql_property import duckdb_text
@@ -114,11 +116,12 @@ def test_members_reading_different_streams_of_a_unit_each_see_their_own(spark, t
 
 
 def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merge_in_one_job(
-        spark, tpch_dir, units, tmp_path):
+        spark, tpch_dir, units, tmp_path, capsys):
     """``run_tail`` with a group's entry: batch 2, ready after the tail started, runs as a
-    shared batch; the last batch is claimed once by the group when the window's last units
-    land, read once, and merged into each member's result, earliest deadline first; no
-    member's partial of it is written. A retry writes the same results from the same claims."""
+    shared batch; the first member's last step is rehearsed while there is time; the last
+    batch is claimed once by the group when the window's last units land, read once, and
+    merged into each member's result, earliest deadline first; no member's partial of it
+    is written. A retry writes the same results from the same claims."""
     import shutil
     import time
 
@@ -151,10 +154,11 @@ def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merg
     group = store.window("tpch_group", WINDOW)
     execute_batch(spark, batch_work(group, 1, members=members), backend="spark-submit")
 
-    tail = tail.with_(ready_ts=time.time() + 2.0)
+    tail = tail.with_(ready_ts=time.time() + 6.0, remaining_cost=0.3)  # room to rehearse after batch 2
     lander = land_later(units[3:], landing)
     out = run_tail(spark, group, tail, backend="spark-submit")
     lander.join()
+    assert re.search(r"rehearsed on unit \S+ \(cq1's step\)", capsys.readouterr().out)  # the first member's
     assert list(out["members"]) == list(members)
     claims = group.claims()
     assert sum(len(c["units"]) for c in claims.values()) == len(units) and set(claims) == {1, 2, 3}
