@@ -33,25 +33,28 @@ from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.readiness import TAIL_POLL_S, batch_ready, fold_into_tail, wait_and_claim
 
 
-def read_written(spark, ws: WindowState, earlier: dict | None = None, fold: bool = True) -> dict | None:
+def read_written(spark, ws: WindowState, earlier: dict | None = None, until: float | None = None) -> dict | None:
     """The partials of a window written by now, read and folded into one state ahead of the
     merge: ``{"dirs": ws.partial_versions(), "df": DataFrame, "cached": the cached state it
-    reads, or None, "folded": bool}``; None if there are none, or ``earlier`` if they have
-    not changed since it was read (and folded, if ``fold``).
+    reads, or None, "folded": nothing is left to fold, "fold_seconds": the last fold's}``;
+    None if there are none, or ``earlier`` if nothing changed since it was read.
 
     A fused tail reads them while it waits for the window's last units, so that after the
-    window's end, where a tight deadline leaves tenths of a second, its merge reads two
-    inputs, this state and the last batch, not every batch's partial. The state is the
-    partials folded by the query's own aggregates (:meth:`~airflow_iqp.query.model.Query.compute_fold`),
+    window's end, where a tight deadline leaves tenths of a second, its merge reads the
+    state and the last batch, not every batch's partial. The state is the partials folded
+    by the query's own aggregates (:meth:`~airflow_iqp.query.model.Query.compute_fold`),
     cached in the session and computed now: each new partial is folded into the state
     before it (``earlier``), as the DISS paper keeps an aggregate's state between deltas.
-    Folding is a Spark job: without ``fold`` (the window's end is too near,
-    :func:`room_until`), a new partial is only read beside the state, and the merge reads
-    both. A query whose states do not fold (a variance, a function query) gets its
-    partials read and their schema resolved. :func:`execute_final` uses it only if the
-    window's partials are still those; :func:`release` frees its cached state.
+    Folding is a Spark job, so it runs only if the last fold's seconds end before ``until``
+    (:func:`room_until`; None: always); else a new partial is read beside the state, and
+    the merge reads both. A query whose states do not fold (a variance, a function query)
+    has its partials read and their schema resolved. A fold that fails is printed and
+    left out: the merge reads the partials. :func:`execute_final` uses the entry only if
+    the window's partials are still those; :func:`release` frees its cached state.
     """
     dirs = ws.partial_versions()
+    seconds = (earlier or {}).get("fold_seconds", 0.0)
+    fold = until is None or time.time() + seconds < until
     if earlier is not None and earlier["dirs"] == dirs and (earlier["folded"] or not fold):
         return earlier
     grown = (earlier is not None and earlier.get("cached") is not None
@@ -64,16 +67,25 @@ def read_written(spark, ws: WindowState, earlier: dict | None = None, fold: bool
     df = earlier["df"] if grown else None
     if new:
         df = spark.read.parquet(*new) if df is None else df.unionByName(spark.read.parquet(*new))
+    read = {"dirs": dirs, "df": df, "cached": earlier["cached"] if grown else None, "fold_seconds": seconds}
     state = load_query(ws.query_id, ws.store).query.compute_fold(spark, df) if fold else None
-    if state is None:
-        df.schema  # noqa: B018  (resolves the files' schema now, not after the window's end)
-        # folded: nothing is left to fold (the query does not fold), or ``fold`` was not asked
-        return {"dirs": dirs, "df": df, "cached": earlier["cached"] if grown else None, "folded": fold}
-    state = state.cache()
-    state.count()  # computed now, while the window is open
-    state.schema  # noqa: B018  (resolved now: the merge asks for it)
-    release(earlier)
-    return {"dirs": dirs, "df": state, "cached": state, "folded": True}
+    if state is not None:
+        t0 = time.perf_counter()
+        try:
+            state = state.cache()
+            state.count()  # computed now, while the window is open
+            state.schema  # noqa: B018  (resolved now: the merge asks for it)
+        except Exception as exc:  # noqa: BLE001 - folding only saves the merge work; the merge reads the partials
+            print(f"airflow-iqp final_job: {ws.query_id}: folding the partials failed, merging them as they are: "
+                  f"{type(exc).__name__}: {exc}", flush=True)
+            state.unpersist()
+            state = None
+        else:
+            release(earlier)
+            return {"dirs": dirs, "df": state, "cached": state, "folded": True,
+                    "fold_seconds": time.perf_counter() - t0}
+    df.schema  # noqa: B018  (resolves the files' schema now, not after the window's end)
+    return read | {"folded": fold}  # nothing left to fold: it does not fold, or it failed
 
 
 def release(written: dict | None) -> None:
@@ -239,17 +251,20 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
         _run_batch_in_turn(spark, ws, entry, slots, backend, history, stop, kept)
     if tail.members:
         windows = {m: ws.store.window(m, ws.window_id) for m in tail.members}
-        written = {m: read_written(spark, w, fold=time.time() < room_until(tail)) for m, w in windows.items()}
-        first = tail.members[0]  # the earliest due, which runs alone: its plan is the one to warm
-        rehearse_tail(spark, windows[first], tail, slots, written[first])
+        written: dict = {}
 
         def read_again(seconds: float) -> None:  # while it waits: each member's partials, when they change
+            t0 = time.time()
             if seconds > TAIL_POLL_S:  # not in the last second's quick polls: that is a listing per member
                 for m, w in windows.items():
-                    written[m] = read_written(spark, w, written[m], fold=time.time() < room_until(tail))
-            time.sleep(seconds)
+                    written[m] = read_written(spark, w, written[m], until=room_until(tail))
+            time.sleep(max(0.0, seconds - (time.time() - t0)))
 
         try:
+            for m, w in windows.items():
+                written[m] = read_written(spark, w, until=room_until(tail))
+            first = tail.members[0]  # the earliest due, which runs alone: its plan is the one to warm
+            rehearse_tail(spark, windows[first], tail, slots, written[first])
             claim = wait_and_claim(tail, sleep=read_again)
             print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
             with cluster_turn(tail, slots, planned=tail.remaining_cost):
@@ -259,13 +274,15 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
         finally:
             for state in written.values():
                 release(state)
-    ahead = [read_written(spark, ws, fold=time.time() < room_until(tail))]
+    ahead = [None]
     try:
+        ahead[0] = read_written(spark, ws, until=room_until(tail))
         rehearse_tail(spark, ws, tail, slots, ahead[0])
 
         def sleep(seconds: float) -> None:  # while it waits: fold the partials again when they change
-            ahead[0] = read_written(spark, ws, ahead[0], fold=time.time() < room_until(tail))
-            time.sleep(seconds)
+            t0 = time.time()
+            ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail))
+            time.sleep(max(0.0, seconds - (time.time() - t0)))
 
         claim = wait_and_claim(tail, sleep=sleep)
         print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)

@@ -155,6 +155,8 @@ def test_a_fused_tail_merges_the_partials_read_ahead_unless_one_was_written_agai
     folded into one cached state, folded again when a partial appears; the merge uses it
     only if no partial was written again since (a retried batch's new directory): the
     result is right either way."""
+    import time
+
     from airflow_iqp.spark.merge import _ahead_or_paths
     from airflow_iqp.spark.steps import parquet_rows
     from airflow_iqp.spark.tail import execute_tail, read_written, release
@@ -172,11 +174,14 @@ def test_a_fused_tail_merges_the_partials_read_ahead_unless_one_was_written_agai
     paths = [ws.partial_uri(b) for b in (0, 1)]
     assert _ahead_or_paths(ahead, ws, paths) == paths  # batch 1's partial came after it
     first = ahead
-    # Too near the window's end to fold: batch 1's partial is read beside batch 0's state.
-    beside = read_written(spark, ws, first, fold=False)
+    # Too near the window's end for a fold as long as the last: batch 1's partial is read
+    # beside batch 0's state.
+    assert first["fold_seconds"] > 0
+    beside = read_written(spark, ws, first, until=time.time() + first["fold_seconds"] / 2)
     assert beside["cached"] is first["cached"] and first["df"].storageLevel.useMemory
     assert _ahead_or_paths(beside, ws, paths) is beside["df"]
-    ahead = read_written(spark, ws, beside)
+    assert read_written(spark, ws, beside, until=time.time() + first["fold_seconds"] / 2) is beside
+    ahead = read_written(spark, ws, beside)  # room again: folded
     assert read_written(spark, ws, ahead) is ahead  # nothing new: not read again
     assert _ahead_or_paths(ahead, ws, paths) is ahead["df"]
     # One state, cached: CQ3 counts per supplier, and the two batches' suppliers overlap.
