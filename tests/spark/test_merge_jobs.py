@@ -398,14 +398,14 @@ def test_the_merge_rows_estimate_bounds_a_fused_tails_result_and_picks_the_write
     assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="q10 written by Spark")
 
 
-def test_a_fused_tail_rehearses_before_the_windows_end_and_leaves_no_trace(spark, units, tpch_dir, tmp_path):
+def test_a_fused_tail_rehearses_before_the_windows_end_and_leaves_no_trace(spark, units, tpch_dir, tmp_path, capsys):
     """``rehearse_tail`` runs the tail's plan on a claimed unit with the written partials
     while the window's end is far enough, and writes nothing in the window's state: no
     claim, partial, result or cost history. Too near the end, or with nothing claimed,
     it does not run."""
     import time
 
-    from airflow_iqp.spark.tail import REHEARSAL_ROOM, read_written, rehearse_tail
+    from airflow_iqp.spark.tail import REHEARSAL_ROOM, REHEARSALS, read_written, rehearse_tail
     from tests.support.batches import make_batch
 
     qid, static = "cq3", str(tpch_dir / "static")
@@ -421,6 +421,8 @@ def test_a_fused_tail_rehearses_before_the_windows_end_and_leaves_no_trace(spark
     history = ws.store.cost_history(query=qid)
     seconds = rehearse_tail(spark, ws, tail, slots=1, written=read_written(spark, ws))
     assert seconds is not None and seconds > 0
+    runs = capsys.readouterr().out.split("rehearsed on unit")[1].split(" in ")[1].split(" s")[0]
+    assert len(runs.split(", ")) == REHEARSALS  # ten minutes of room: every rehearsal
     assert sorted(str(p) for p in tmp_path.rglob("*") if "_turns" not in p.parts) == \
         [p for p in before if "_turns" not in p]
     assert ws.store.cost_history(query=qid) == history and ws.manifest() is None
