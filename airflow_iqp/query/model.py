@@ -76,6 +76,12 @@ def show_types(sql: str, types: Mapping[str, str | None] = {}) -> str:
                          else f"<AVG type for {m.group(2)}>")
 
 
+def _column_types(partials, schema=None) -> dict[str, str]:
+    """The partials' column types (``simpleString``), from ``schema`` if given (no request
+    to a Connect server), else from ``partials``: what a merge's or fold's type marks read."""
+    return {f.name: f.dataType.simpleString() for f in (schema or partials.schema).fields}
+
+
 def lazy_sql(spark, text: str, **frames):
     """``spark.sql(text, **frames)``, without its round trip on Spark Connect.
 
@@ -227,7 +233,7 @@ class Query:
         for name, merge in zip(self.merged_names, self.merges):
             if _TYPE_MARK.search(merge):
                 if types is None:
-                    types = {f.name: f.dataType.simpleString() for f in (schema or partials.schema).fields}
+                    types = _column_types(partials, schema)
                 merge = resolve_types(merge, types)
             merged[name] = lazy_sql(spark, merge, partials=partials)
         return lazy_sql(spark, self.finish_sql, **merged, **{t: static[t] for t in self.final_static})
@@ -245,7 +251,7 @@ class Query:
             return None
         fold = self.fold_sql
         if _TYPE_MARK.search(fold):
-            fold = resolve_types(fold, {f.name: f.dataType.simpleString() for f in (schema or partials.schema).fields})
+            fold = resolve_types(fold, _column_types(partials, schema))
         return lazy_sql(spark, fold, partials=partials)
 
     # ----------------------------------------------------------------- JSON
