@@ -310,6 +310,10 @@ def _dynamic_entries(cfg: QueryConfig, entries: list[Batch]) -> list[Batch]:
     arrival model's time for them, section 4.4) has come, and claims at most its size
     (``max_units``); a slow stream makes batches fire with fewer units, and the spares
     take the rest at the last batch's latest start. Spares that find nothing to claim skip.
+    With a fused tail there are no spares: the last MinBatch is the tail, which claims what
+    is left at the window's end. As a MinBatch like the others, it would fire at the tail's
+    latest start, planned its start-up before the window's end, and run beside the tail's
+    start with the window's last units still to come.
     """
     # The paper's dynamic mode runs the ready batch of least laxity: the cluster's gate
     # orders these batches' turns so, from the window's state when each asks (turn_key).
@@ -318,7 +322,7 @@ def _dynamic_entries(cfg: QueryConfig, entries: list[Batch]) -> list[Batch]:
     for e in entries[:-1]:
         out.append(replace(e, latest_start_ts=min(e.ready_ts, e.latest_start_ts), max_units=e.units))
     last = entries[-1]
-    spares = max(0, cfg.max_batches - len(entries))
+    spares = 0 if cfg.fuse_tail else max(0, cfg.max_batches - len(entries))
     for j in range(spares + 1):
         index = len(entries) + j
         out.append(replace(last, index=index, last=j == spares, spare=j > 0,

@@ -181,6 +181,29 @@ def test_dynamic_mode_maps_minbatches_then_spares_that_skip(tmp_path):
         assert bool(m["units"]) == (not e.spare)
 
 
+def test_with_a_fused_tail_the_last_minbatch_is_the_tail_and_waits_for_the_window_s_end(tmp_path):
+    """Spares after the last MinBatch would make it a batch like the others, fired at the
+    tail's latest start (its start-up before the window's end): it ran beside the tail's
+    start and overran the window's end while the last units waited for it."""
+    c = cfg(tmp_path, mode="dynamic", rsf=1.0, max_batches=8, fuse_tail=True, dispatch=3.0,
+            cost_hint={"kind": "linear", "per_unit": 0.05, "per_batch": 5},
+            final_agg_hint={"kind": "linear", "base": 1.0, "per_batch": 0.1})
+    wp = plan_window(c, START, START + 240, START + 250, now=START)
+    entries = wp.batches
+    assert not any(e.spare for e in entries) and len(entries) < 8
+    *minbatches, tail = entries
+    assert tail.last and tail.max_units is None and sum(e.units for e in entries) == 240
+    assert all(e.max_units == e.units for e in minbatches)
+    assert tail.latest_start_ts < START + 240 <= tail.ready_ts  # planned ready its start-up early
+    land(tmp_path / "landing", 239)
+    assert batch_ready(tail, tail.latest_start_ts + 0.1, arrived=239) is None  # not on time before the end
+    for e in minbatches:
+        assert len(claim_batch(e)["units"]) == e.units
+    land(tmp_path / "landing", 1, first=239)
+    assert batch_ready(tail, START + 240, arrived=240) is not None
+    assert len(claim_batch(tail)["units"]) == tail.units
+
+
 def test_a_single_batch_pays_the_final_step_too(tmp_path):
     """The provider's final task runs even after one batch; the plan must budget for it."""
     from airflow_iqp.window.costs import cost_models
