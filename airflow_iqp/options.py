@@ -188,7 +188,8 @@ class MinBatches(Cut):
         one batch of the whole window.
     :param c_max: seconds one batch may take at most (Cmax), or None for no cap.
     :param max_batches: the most batches a window maps (a mapped task's count is fixed when
-        it expands): the MinBatches, then spares that take what a slow stream left.
+        it expands): the MinBatches, then spares that take what a slow stream left (with a
+        fused tail, no spares: the tail, the last MinBatch, claims what is left at the window's end).
     """
 
     mode: ClassVar[str] = "dynamic"
