@@ -4,9 +4,10 @@ A fused tail's final task starts before the window's end and opens its session
 (:func:`run_tail`): it runs the batches that become ready after it started, rehearses its
 last step while there is time (:func:`rehearse_tail`), folds the written partials into one
 state as they come (:func:`read_written`), then claims the last batch's units and runs that
-batch and the merge with that state as one job (:func:`execute_tail`). ``final_job.py
---tail`` runs it under spark-submit; the Spark Connect backend runs it in the task. The claims are made here, in the driver,
-through the store: that is what saves a task's and a JVM's start after the window's end.
+batch and the merge with that state as one job (:func:`execute_tail`).
+``final_job.py --tail`` runs it under spark-submit; the Spark Connect backend runs it in
+the task. The claims are made here, in the driver, through the store: that is what saves
+a task's and a JVM's start after the window's end.
 
 A group's tail (a tail whose entry names ``members``) runs the group's batches ready
 after it started as shared batches, folds each member's written partials ahead, then
