@@ -432,11 +432,12 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
            "IQP_TAIL_LEAD": json.dumps({queries[0]: 0.0} if reference else queue_leads(offsets, backend)),
            **({"IQP_MODE": "one_batch"} if reference else {}),
            "AIRFLOW__IQP__STATE_DIR": str(state)}
-    if group or dynamic:  # no tuning: the backend and the cluster, every other setting the provider's default
+    shared = group or dynamic  # a dynamic run is the group's DAG in dynamic mode
+    if shared:  # no tuning: the backend and the cluster, every other setting the provider's default
         for knob in GROUP_UNSET:
             env.pop(knob, None)
         env.update(IQP_CLUSTER="bench", IQP_GROUP="1", **(DYNAMIC_SET if dynamic else {}))
-    dag_ids = ["iqp_bench_group"] if group or dynamic else [f"bench_{q}" for q in queries]
+    dag_ids = ["iqp_bench_group"] if shared else [f"bench_{q}" for q in queries]
     server = ctx["server"] if backend == "spark-connect" else None
     exclude = set() if server else ctx["server_pids"]
     with airflow_env(ROOT / "benchmarks" / "dags", extra_env=env, config=airflow_config(backend, reference)) as af:
@@ -461,7 +462,7 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
         server_cpu = (connect.server_cpu_seconds(server["pid"]) - server_cpu0) if server else 0.0
     wid = datetime.fromtimestamp(anchor, timezone.utc).strftime("%Y%m%dT%H%M%S")
     got = window_outcome({q: open_store(state).window(q, wid) for q in queries}, anchor, window_end, landed)
-    if group or dynamic:  # the shared batches' tasks recorded their CPU with the group's window
+    if shared:  # the shared batches' tasks recorded their CPU with the group's window
         got["task_cpu"] += window_task_cpu(open_store(state).window("bench_group", wid))["cpu_seconds"]
     correct = check_results(got["results"], ctx["refs"])
     deadlines = {q: window_end + offsets[q] for q in queries}
