@@ -12,10 +12,14 @@ Every key sorts ascending: the smallest key runs first.
   order. That is the key Airflow can fix per batch when the plan is mapped.
 * SJF: the cost of the batch about to run.
 * RR: no fixed key. The simulator cycles over queries; Airflow cannot express it.
+
+:func:`edf_in_time` orders the members of a group's fused tail: EDF among those that can
+still meet their deadlines.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from enum import Enum
 
 from airflow_iqp.errors import ConfigError
@@ -72,3 +76,22 @@ def airflow_weight(policy: Policy, *, deadline: float, remaining_cost: float, ba
     key = priority_key(policy, deadline=deadline, remaining_cost=remaining_cost, batch_cost=batch_cost)
     reference, resolution = (0.0, 0.001) if policy is Policy.SJF else (DEADLINE_REFERENCE, 1.0)
     return max(1, min(WEIGHT_MAX, WEIGHT_BASE - round((key - reference) / resolution)))
+
+
+def edf_in_time(waiting: Sequence[str], now: float, due: Mapping[str, tuple[float, float]],
+                pace: float = 1.0) -> str:
+    """Which of ``waiting`` starts next: the earliest deadline among those that, started
+    ``now`` and taking their expected seconds times ``pace``, still meet it; when none can,
+    the earliest deadline. ``due``: each one's (deadline, expected seconds); one without
+    is taken as due last and in time.
+
+    Plain EDF is optimal while every deadline can be met. When they cannot, it starts a
+    job that misses anyway, and every job after it waits for it: each may miss in turn
+    (EDF's domino effect under overload). A job that cannot make its deadline yields to
+    those that still can, and runs after them.
+    """
+    if not waiting:
+        raise ConfigError("nothing is waiting to run", "waiting")
+    order = sorted(waiting, key=lambda m: due[m][0] if m in due else float("inf"))
+    in_time = [m for m in order if m not in due or now + pace * due[m][1] <= due[m][0]]
+    return (in_time or order)[0]

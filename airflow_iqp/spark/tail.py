@@ -12,18 +12,19 @@ a task's and a JVM's start after the window's end.
 A group's tail (a tail whose entry names ``members``) runs the group's batches ready
 after it started as shared batches, folds each member's written partials ahead, then
 claims the last batch once, reads its units once, and runs each member's step on them
-merged with its partials into its result, started earliest deadline first, two at a time
-(:func:`execute_group_tail`): one job, one start-up, every member's result. No Airflow
+merged with its partials into its result, started earliest deadline first among those
+still in time, two at a time (:func:`execute_group_tail`): one job, one start-up, every member's result. No Airflow
 import here.
 """
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from airflow_iqp.coordination import cluster_turn
 from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units, unit_of
+from airflow_iqp.planning.policies import edf_in_time
 from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.batch import batch_work, execute_batch, read_shared
 from airflow_iqp.spark.merge import execute_final, merge_rows_estimate
@@ -126,7 +127,7 @@ def execute_tail(spark, ws: WindowState, tail_batch: int | None, static: str | d
 #: deadline first. After the window's end a member's step is a few units and a merge of a
 #: few partials: mostly the driver's work (analysis, scheduling, the result's commit) on
 #: one core, so one member after another leaves the other core of a small cluster idle.
-#: The earliest-due member runs alone, before the others start: its deadline is the
+#: The first member runs alone, before the others start: its deadline is the
 #: nearest to the window's end, and a second member beside it slows it (the driver's
 #: work shares the cores). The plan (``window.group.tail_deadline``) counts the members
 #: one after another: it errs late.
@@ -136,16 +137,20 @@ TAIL_LANES = 2
 def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tuple[str, ...],
                        static: str | dict | None, *, backend: str, history: bool = True,
                        before: tuple[int, ...] = (), kept: dict | None = None,
-                       written: dict | None = None) -> dict:
+                       written: dict | None = None, due: dict | None = None, scale: float = 1.0) -> dict:
     """A group's fused tail: its last batch, claimed once by the group, and every member's
     merge, in one Spark job. Each member first takes the group's claims as its own
     (:meth:`~airflow_iqp.store.WindowState.adopt_claim`), so that its merge checks every
     claimed unit against its partials. The batch's units are read once; then each member's
     step on them is merged with its written partials into its result, as
     :func:`execute_tail` does for one query, and no member's partial of the last batch is
-    written. The members start in the order given (earliest deadline first), at most
-    :data:`TAIL_LANES` at once on the session: a member's work starts no later than that
-    of any member after it.
+    written. The members start earliest deadline first, at most :data:`TAIL_LANES` at
+    once on the session. With ``due`` (member -> its deadline and planned seconds, the
+    tail entry's :meth:`~airflow_iqp.window.batch.Batch.member_due`), a member that can no
+    longer meet its deadline yields to those that can
+    (:func:`~airflow_iqp.planning.policies.edf_in_time`), its seconds taken at the pace of
+    the members done so far (``scale``, the plan's, before any): run first, it would make
+    the members after it late too.
 
     ``before``: the tail's earlier batches. One that claimed but has no partial of a
     member's (a shared batch handed over when the last batch could claim,
@@ -191,20 +196,54 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
         for b in dict.fromkeys(b for batches in todo.values() for b in batches if b not in read):
             claim = claims[b]
             read[b] = read_shared(spark, group, saved, files_to_read(claim), claim.get("checked"))
-        first, *rest = members
-        out = {first: finish(first)}  # the earliest-due member alone
-        with ThreadPoolExecutor(max_workers=max(1, min(TAIL_LANES, len(rest))), thread_name_prefix="iqp-tail") as lanes:
-            futures = {m: lanes.submit(finish, m) for m in rest}  # started in this order
-            try:
-                out |= {m: futures[m].result() for m in rest}
-            except BaseException:
-                lanes.shutdown(wait=True, cancel_futures=True)
-                raise
+        waiting, pace, out = list(members), _Pace(due or {}, scale), {}
+        with ThreadPoolExecutor(max_workers=TAIL_LANES, thread_name_prefix="iqp-tail") as lanes:
+            running: dict = {}
+            while waiting or running:
+                while waiting and len(running) < (TAIL_LANES if out else 1):  # the first alone
+                    m = pace.next(waiting)
+                    waiting.remove(m)
+                    running[lanes.submit(finish, m)] = m
+                for future in wait(running, return_when=FIRST_COMPLETED).done:
+                    m = running.pop(future)
+                    out[m] = future.result()  # a failure: the running members end, no other starts
+                    pace.done(m, out[m]["written_at"] - started[m])
     finally:
         for _i, tables in read.values():
             for df in tables.values():
                 df.unpersist()
-    return {"members": out, "started": started}
+    return {"members": {m: out[m] for m in members}, "started": started}
+
+
+class _Pace:
+    """How much longer than planned a group tail's members take: the mean ratio of the
+    seconds taken to those planned (``due``) of the members done so far in this tail, and
+    never less than ``scale`` (the plan's). It covers what the plan's costs do not: two
+    lanes sharing the cores, and a plan the JVM has compiled few times. A member that ran
+    faster than planned (a small merge its model overrates) does not make the others
+    seem faster than the plan has them."""
+
+    def __init__(self, due: dict, scale: float):
+        self.due, self.scale, self.ratios = due, scale, []
+
+    def done(self, member: str, seconds: float) -> None:
+        planned = self.due.get(member, (0.0, 0.0))[1]
+        if planned > 0:
+            self.ratios.append(seconds / planned)
+
+    def now(self) -> float:
+        return max(self.scale, sum(self.ratios) / len(self.ratios)) if self.ratios else self.scale
+
+    def next(self, waiting: list[str]) -> str:
+        """The member to start now (:func:`~airflow_iqp.planning.policies.edf_in_time`);
+        the log names the members due before it that it passed over."""
+        pace = self.now()
+        m = edf_in_time(waiting, time.time(), self.due, pace)
+        passed = [w for w in waiting if m in self.due and w in self.due and self.due[w][0] < self.due[m][0]]
+        if passed:
+            print(f"airflow-iqp final_job: {', '.join(passed)} cannot meet their deadlines at {pace:.2f} x the "
+                  f"planned seconds: {m} starts first", flush=True)
+        return m
 
 
 def _union_tables(parts: list[dict]) -> dict:
@@ -271,7 +310,7 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
             with cluster_turn(tail, slots, planned=tail.remaining_cost):
                 return execute_group_tail(spark, ws, tail.index, tail.members, tail.static or None, backend=backend,
                                           history=history, before=tuple(e.index for e in tail.before), kept=kept,
-                                          written=written)
+                                          written=written, due=tail.member_due(), scale=tail.cost_scale)
         finally:
             for state in written.values():
                 release(state)

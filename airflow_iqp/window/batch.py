@@ -64,6 +64,11 @@ class Batch:
     #: how the cluster's gate orders its turn (:func:`~airflow_iqp.coordination.turn_key`):
     #: ``"edf"``, or ``"llf"`` (dynamic mode), its laxity when it asks for the turn
     turn_policy: str = "edf"
+    #: a group's fused tail: each member's deadline, and the seconds its step on the last
+    #: batch and its merge are planned to take (unscaled), in ``members``' order; the tail
+    #: starts the members by them (:func:`~airflow_iqp.planning.policies.edf_in_time`)
+    member_deadlines: tuple[float, ...] = ()
+    member_seconds: tuple[float, ...] = ()
 
     def __post_init__(self):
         check_name(self.query, "batch.query")  # both name state paths, the cluster's turn files too
@@ -72,6 +77,13 @@ class Batch:
             raise ConfigError("a plan entry declares no streams", "batch.streams")
         object.__setattr__(self, "streams", as_streams(self.streams))
         object.__setattr__(self, "members", tuple(check_name(m, "batch.members") for m in self.members))
+        for name in ("member_deadlines", "member_seconds"):
+            value = tuple(getattr(self, name))
+            if value and (len(value) != len(self.members) or not all(
+                    isinstance(v, _NUMBER) and not isinstance(v, bool) for v in value)):
+                raise ConfigError(f"{name} must be one number of seconds per member ({len(self.members)}), "
+                                  f"got {list(value)!r}", f"batch.{name}")
+            object.__setattr__(self, name, value)
         if self.turn_policy not in TURN_POLICIES:
             raise ConfigError(f"turn_policy must be one of {', '.join(TURN_POLICIES)}, got {self.turn_policy!r}",
                               "batch.turn_policy")
@@ -87,6 +99,10 @@ class Batch:
     def with_(self, **changes) -> "Batch":
         return dataclasses.replace(self, **changes)
 
+    def member_due(self) -> dict[str, tuple[float, float]]:
+        """A group's fused tail: member -> (its deadline, its planned seconds); empty if not planned."""
+        return dict(zip(self.members, zip(self.member_deadlines, self.member_seconds))) if self.member_seconds else {}
+
     # ------------------------------------------------------------------- JSON
 
     def to_dict(self) -> dict:
@@ -97,7 +113,7 @@ class Batch:
                 value = [b.to_dict() for b in value]
             elif f.name == "streams":
                 value = [s.to_dict() for s in value]
-            elif f.name == "members":
+            elif f.name in ("members", "member_deadlines", "member_seconds"):
                 if not value:  # a query's own batch: its JSON as before groups
                     continue
                 value = list(value)

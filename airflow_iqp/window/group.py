@@ -66,6 +66,11 @@ def plan_group(cfg: QueryConfig, window_start: float, window_end: float, now: fl
     advice = "" if pays else (f"give {', '.join(later) or 'these queries'} DAGs of their own (iqp_dag), "
                               f"or the group a later deadline")
     entries = [b.with_(members=tuple(members), label=f"{b.label} · {len(members)} queries") for b in shared.batches]
+    if cfg.fuse_tail and not shared.backfill and shared.plan.batches:
+        # The tail starts its members by their deadlines and these seconds (edf_in_time).
+        steps = member_steps(merges, shared.plan.batches[-1].units, len(shared.plan.batches), share)
+        entries[-1] = entries[-1].with_(member_deadlines=tuple(window_end + cfg.members[m] for m in members),
+                                        member_seconds=tuple(round(steps[m], 3) for m in members))
     wp = replace(shared, batches=entries, advice=advice,
                  models=f"{shared.models}; shared by {', '.join(members)}: {why}" + (f"; {advice}" if advice else ""))
     if store:
@@ -90,8 +95,14 @@ def tail_deadline(by_member: dict, offsets: dict, units: int, partials: int, sha
     the plan's costs larger, never these.
     """
     order = list(by_member)
-    step = {m: shared_step(c, units, share) + a.cost(partials) for m, (c, a) in by_member.items()}
+    step = member_steps(by_member, units, partials, share)
     return min(offsets[m] + sum(step[n] for n in order[i + 1:]) for i, m in enumerate(order))
+
+
+def member_steps(by_member: dict, units: int, partials: int, share: float) -> dict[str, float]:
+    """What each member does in a fused tail, unscaled: its step on the last batch's
+    ``units`` with ``share`` of its start-up, and its merge of ``partials`` partials."""
+    return {m: shared_step(c, units, share) + a.cost(partials) for m, (c, a) in by_member.items()}
 
 
 def _tail_plan(group: QueryConfig, shared: WindowPlan, by_member: dict, share: float, window_start: float,

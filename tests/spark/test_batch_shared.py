@@ -121,7 +121,8 @@ def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merg
     shared batch; the first member's last step is rehearsed while there is time; the last
     batch is claimed once by the group when the window's last units land, read once, and
     merged into each member's result, earliest deadline first; no member's partial of it
-    is written. A retry writes the same results from the same claims."""
+    is written. A retry writes the same results from the same claims, a member past its
+    deadline after those still in time."""
     import shutil
     import time
 
@@ -169,11 +170,16 @@ def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merg
         assert out["members"][q]["batches"] == [1, 2, 3]
         assert sorted(out["members"][q]["units"]) == sorted(u.name for u in units)
         assert_tpch_result(ws, q, units, tpch_dir)
-    again = run_tail(spark, group, tail, backend="spark-submit")  # a retry: the same claims, the same results
+    # A retry: the same claims, the same results. cq1's deadline has passed by then: it
+    # yields to the members still in time, and q6 runs first, alone.
+    past = tail.with_(member_deadlines=(time.time() - 1.0, far, far), member_seconds=(0.1, 0.1, 0.1))
+    again = run_tail(spark, group, past, backend="spark-submit")
     assert group.claims() == claims
     for q in members:
         assert again["members"][q]["units"] == out["members"][q]["units"]
         assert again["members"][q]["revision"] == 1
+    assert min(again["started"], key=again["started"].get) == "q6"
+    assert all(again["started"][q] >= again["members"]["q6"]["written_at"] for q in ("cq1", "q4"))
 
 
 def test_a_shared_batch_hands_the_members_due_later_over_to_the_group_s_tail(spark, tpch_dir, units, tmp_path):

@@ -1,5 +1,7 @@
 """A group of queries over the same streams, planned once (airflow_iqp.window.group)."""
 
+import json
+
 import pytest
 
 from airflow_iqp.errors import ConfigError
@@ -7,6 +9,7 @@ from airflow_iqp.planning.models import (
     LinearCost, LinearFinalAgg, PiecewiseLinearCost, PiecewiseLinearFinalAgg, shared_batch_cost, summed_final_agg,
 )
 from airflow_iqp.store import ClaimError, open_store
+from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig, window_id
 from airflow_iqp.window.group import entries_of, plan_group
 from tests.support.batches import TPCH_STREAMS
@@ -120,6 +123,17 @@ def test_a_fused_tail_merging_earliest_deadline_first_holds_the_plan_to_the_tigh
     assert fused.plan.feasible and k <= len(earliest.plan.batches)
     assert "each member by its own" in fused.models
     assert all(b.members == ("q_a", "q_b", "q_c") for b in fused.batches)  # earliest deadline first
+    # The tail carries each member's deadline and its planned step and merge (0.05 * last
+    # + 1 + 5 + 0.5 * k), for the order it starts them in; no other batch does.
+    tail = fused.batches[-1]
+    assert tail.member_due() == {m: (pytest.approx(START + 240 + off), pytest.approx(0.05 * last + 1 + 5 + 0.5 * k))
+                                 for m, off in offsets.items()}
+    assert not any(b.member_seconds for b in fused.batches[:-1]) and not earliest.batches[-1].member_seconds
+    # They travel as JSON (XCom, a job's argument) and come back checked.
+    assert Batch.from_dict(json.loads(json.dumps(tail.to_dict()))) == tail
+    assert "member_seconds" not in earliest.batches[-1].to_dict()
+    with pytest.raises(ConfigError, match="member_seconds must be one number of seconds per member"):
+        tail.with_(member_seconds=(1.0, 2.0))
     # Given in another order, the members still run earliest deadline first.
     again = plan_group(group(tmp_path, {"q_c": 100.0, "q_a": 20.0, "q_b": 60.0}, fuse_tail=True), START,
                        START + 240, now=START)
