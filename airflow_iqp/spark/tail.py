@@ -148,9 +148,10 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     once on the session. With ``due`` (member -> its deadline and planned seconds, the
     tail entry's :meth:`~airflow_iqp.window.batch.Batch.member_due`), a member that can no
     longer meet its deadline yields to those that can
-    (:func:`~airflow_iqp.planning.policies.edf_in_time`), its seconds taken at the pace of
-    the members done so far (``scale``, the plan's, before any): run first, it would make
-    the members after it late too.
+    (:func:`~airflow_iqp.planning.policies.edf_in_time`): run first, it would make the
+    members after it late too. Its seconds are the plan's, or what its step took in the
+    window's latest shared batch if less (:func:`_with_steps`), at the pace of the members
+    done so far, never faster than ``scale`` (the plan's).
 
     ``before``: the tail's earlier batches. One that claimed but has no partial of a
     member's (a shared batch handed over when the last batch could claim,
@@ -196,7 +197,7 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
         for b in dict.fromkeys(b for batches in todo.values() for b in batches if b not in read):
             claim = claims[b]
             read[b] = read_shared(spark, group, saved, files_to_read(claim), claim.get("checked"))
-        waiting, pace, out = list(members), _Pace(due or {}, scale), {}
+        waiting, pace, out = list(members), _Pace(_with_steps(due or {}, windows), scale), {}
         with ThreadPoolExecutor(max_workers=TAIL_LANES, thread_name_prefix="iqp-tail") as lanes:
             running: dict = {}
             while waiting or running:
@@ -213,6 +214,23 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
             for df in tables.values():
                 df.unpersist()
     return {"members": {m: out[m] for m in members}, "started": started}
+
+
+def _with_steps(due: dict, windows: dict) -> dict:
+    """``due`` (member -> its deadline and planned seconds), each member's seconds no more
+    than its step took in the window's latest shared batch (its partial's metrics).
+
+    That step ran on the same cluster in this window, on units read once and cached, as
+    the tail's step runs. The plan's seconds are the calibrated batch's and merge's, each
+    a job of its own that reads files and writes its output, and overrate a light
+    member's tail, where the step and merge are one job: estimated too long, a member
+    yields, and misses a deadline it would have met."""
+    out = {}
+    for m, (deadline, planned) in due.items():
+        written = windows[m].written_partials()
+        step = windows[m].metrics(max(written)).get("wall_seconds") if written else None
+        out[m] = (deadline, min(planned, step) if step else planned)
+    return out
 
 
 class _Pace:
