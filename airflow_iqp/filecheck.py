@@ -332,6 +332,12 @@ class Inspection:
     def files(self) -> list[str]:
         return [i.path for i in self.infos]
 
+    @property
+    def rows(self) -> int | None:
+        """The good files' rows; None if a file's are unknown (remote files are not read whole)."""
+        rows = [i.rows for i in self.infos]
+        return None if None in rows else sum(rows)
+
 
 def inspect_files(files: Sequence[str], saved, record=None,
                   claimed: Sequence[str] = (), checked: Mapping[str, int] | None = None) -> Inspection:

@@ -143,7 +143,7 @@ def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = Tru
     ``stop()``, asked before each member's step, hands the rest over: once it is true, the
     members left get no partial of this batch (``metrics["left"]`` names them), and a
     group's fused tail computes their step on these units with its last batch's, earliest
-    deadline first (:func:`airflow_iqp.spark.tail.execute_group_tail`). A batch handed
+    deadline first (:func:`airflow_iqp.spark.group_tail.execute_group_tail`). A batch handed
     over records no cost history: its cost is not every member's. With ``stop`` (in a
     fused tail), a member whose partial an earlier attempt wrote is not computed again;
     without it, a retry writes every member's partial again. ``keep``: where a batch that

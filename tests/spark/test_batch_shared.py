@@ -46,7 +46,7 @@ def assert_started_in_lanes(out: dict, members: tuple[str, ...]) -> None:
     first alone (every other started after its result was written), then at most
     ``TAIL_LANES`` at once, each after the earlier members had written all but
     ``TAIL_LANES - 1`` of their results."""
-    from airflow_iqp.spark.tail import TAIL_LANES
+    from airflow_iqp.spark.group_tail import TAIL_LANES
 
     started = [out["started"][q] for q in members]
     assert started == sorted(started)
@@ -190,7 +190,7 @@ def test_a_shared_batch_hands_the_members_due_later_over_to_the_group_s_tail(spa
     a retry of the tail, which reads that batch's units again, writes the same results."""
     from airflow_iqp.inputs.tpch import streams_at
     from airflow_iqp.query.catalogue import get_query
-    from airflow_iqp.spark.tail import execute_group_tail
+    from airflow_iqp.spark.group_tail import execute_group_tail
 
     store = open_store(tmp_path / "state")
     streams = streams_at(tpch_dir / "units")

@@ -1,12 +1,12 @@
 """The order a group's fused tail starts its members in: each member's seconds and the
-pace of those done (airflow_iqp.spark.tail; no Spark job)."""
+pace of those done (airflow_iqp.spark.group_tail; no Spark job)."""
 
 import os
 import time
 
 import pytest
 
-from airflow_iqp.spark.tail import _Pace, _with_steps
+from airflow_iqp.spark.group_tail import _Pace, _with_steps
 from airflow_iqp.store import open_store
 
 

@@ -1,0 +1,169 @@
+"""A group's fused tail after the window's end: its last batch, claimed once, read once,
+and each member's step on it merged with its partials into its result, two members at a
+time, earliest deadline first among those still in time (:func:`execute_group_tail`).
+:func:`airflow_iqp.spark.tail.run_tail` calls it once the last batch may claim. No Airflow
+import here.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+from airflow_iqp.filecheck import files_to_read
+from airflow_iqp.planning.policies import edf_in_time
+from airflow_iqp.query.store import load_query
+from airflow_iqp.spark.batch import read_shared
+from airflow_iqp.spark.merge import execute_final
+from airflow_iqp.spark.steps import partial_of
+from airflow_iqp.store import WindowState
+
+
+#: How many members' steps a group's tail runs at once on its session, started earliest
+#: deadline first. After the window's end a member's step is a few units and a merge of a
+#: few partials: mostly the driver's work (analysis, scheduling, the result's commit) on
+#: one core, so one member after another leaves the other core of a small cluster idle.
+#: The first member runs alone, before the others start: its deadline is the
+#: nearest to the window's end, and a second member beside it slows it (the driver's
+#: work shares the cores). The plan (``window.group.tail_deadline``) counts the members
+#: one after another: it errs late.
+TAIL_LANES = 2
+
+
+def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tuple[str, ...],
+                       static: str | dict | None, *, backend: str, history: bool = True,
+                       before: tuple[int, ...] = (), kept: dict | None = None,
+                       written: dict | None = None, due: dict | None = None, scale: float = 1.0) -> dict:
+    """A group's fused tail: its last batch, claimed once by the group, and every member's
+    merge, in one Spark job. Each member first takes the group's claims as its own
+    (:meth:`~airflow_iqp.store.WindowState.adopt_claim`), so that its merge checks every
+    claimed unit against its partials. The batch's units are read once; then each member's
+    step on them is merged with its written partials into its result, as
+    :func:`~airflow_iqp.spark.tail.execute_tail` does for one query, and no member's partial of the last batch is
+    written. The members start earliest deadline first, at most :data:`TAIL_LANES` at
+    once on the session. With ``due`` (member -> its deadline and planned seconds, the
+    tail entry's :meth:`~airflow_iqp.window.batch.Batch.member_due`), a member that can no
+    longer meet its deadline yields to those that can
+    (:func:`~airflow_iqp.planning.policies.edf_in_time`): run first, it would make the
+    members after it late too. Its seconds are the plan's, or what its step took in the
+    window's latest shared batch if less (:func:`_with_steps`), at the pace of the members
+    done so far, never faster than ``scale`` (the plan's).
+
+    ``before``: the tail's earlier batches. One that claimed but has no partial of a
+    member's (a shared batch handed over when the last batch could claim,
+    :func:`~airflow_iqp.spark.batch.execute_shared_batch`'s ``stop``) is read once too, and
+    that member's step runs on its units with the last batch's: a member due earlier does
+    not wait for the steps of members due later. ``kept``: such batches' units as the
+    shared batch left them cached in this session (its ``keep``), not read again.
+    ``written``: member -> its partials as :func:`~airflow_iqp.spark.tail.read_written` read them ahead. The first
+    member runs alone: the others start once its result is written. A retry claims
+    nothing again and writes each result again from the same claims: no unit is
+    counted twice. Returns ``{"members": {member: its result manifest}, "started":
+    {member: when its work started}}``; a member that fails fails the tail once the
+    members already started are done, and the members not started yet do not start."""
+    store = group.store
+    windows = {m: store.window(m, group.window_id) for m in members}
+    claims = group.claims()  # read once for every member
+    for ws in windows.values():
+        ws.adopt_claims(claims)
+    saved = {m: load_query(m, store) for m in members}
+    # Each member's batches to compute here: the last, and those handed over without its partial.
+    todo = {m: tuple(b for b in (*before, tail_batch) if files_to_read(claims.get(b) or {})
+                     and not windows[m].has_partial(b)) for m in members}
+    read: dict = dict(kept or {})  # batch -> (inspection, {stream: DataFrame}), each read once
+    started: dict = {}
+
+    def finish(m: str) -> dict:
+        started[m] = time.time()
+        tail, bad, rows_in = None, [], None
+        if todo[m]:
+            parts = [read[b] for b in todo[m]]
+            tables = _union_tables([t for _i, t in parts])
+            tail = (todo[m], partial_of(spark, saved[m], tables, static))
+            bad = [q for i, _t in parts for q in i.quarantined]
+            counts = [i.rows for i, _t in parts]
+            rows_in = None if None in counts else sum(counts)
+        out = execute_final(spark, windows[m], backend=backend, history=history, tail=tail, quarantined=bad,
+                            tail_rows_in=rows_in, written=(written or {}).get(m))
+        print(f"airflow-iqp final_job: {m}: wrote {out['result']}"
+              + (f" (its step on batches {list(todo[m])})" if len(todo[m]) > 1 else ""), flush=True)
+        return out
+
+    try:
+        for b in dict.fromkeys(b for batches in todo.values() for b in batches if b not in read):
+            claim = claims[b]
+            read[b] = read_shared(spark, group, saved, files_to_read(claim), claim.get("checked"))
+        waiting, pace, out = list(members), _Pace(_with_steps(due or {}, windows), scale), {}
+        with ThreadPoolExecutor(max_workers=TAIL_LANES, thread_name_prefix="iqp-tail") as lanes:
+            running: dict = {}
+            while waiting or running:
+                while waiting and len(running) < (TAIL_LANES if out else 1):  # the first alone
+                    m = pace.next(waiting)
+                    waiting.remove(m)
+                    running[lanes.submit(finish, m)] = m
+                for future in wait(running, return_when=FIRST_COMPLETED).done:
+                    m = running.pop(future)
+                    out[m] = future.result()  # a failure: the running members end, no other starts
+                    pace.done(m, out[m]["written_at"] - started[m])
+    finally:
+        for _i, tables in read.values():
+            for df in tables.values():
+                df.unpersist()
+    return {"members": {m: out[m] for m in members}, "started": started}
+
+
+def _with_steps(due: dict, windows: dict) -> dict:
+    """``due`` (member -> its deadline and planned seconds), each member's seconds no more
+    than its step took in the window's latest shared batch (its partial's metrics).
+
+    That step ran on the same cluster in this window, on units read once and cached, as
+    the tail's step runs. The plan's seconds are the calibrated batch's and merge's, each
+    a job of its own that reads files and writes its output, and overrate a light
+    member's tail, where the step and merge are one job: estimated too long, a member
+    yields, and misses a deadline it would have met."""
+    out = {}
+    for m, (deadline, planned) in due.items():
+        written = windows[m].written_partials()
+        step = windows[m].metrics(max(written)).get("wall_seconds") if written else None
+        out[m] = (deadline, min(planned, step) if step else planned)
+    return out
+
+
+class _Pace:
+    """How much longer than planned a group tail's members take: the mean ratio of the
+    seconds taken to those planned (``due``) of the members done so far in this tail, and
+    never less than ``scale`` (the plan's). It covers what the plan's costs do not: two
+    lanes sharing the cores, and a plan the JVM has compiled few times. A member that ran
+    faster than planned (a small merge its model overrates) does not make the others
+    seem faster than the plan has them."""
+
+    def __init__(self, due: dict, scale: float):
+        self.due, self.scale, self.ratios = due, scale, []
+
+    def done(self, member: str, seconds: float) -> None:
+        planned = self.due.get(member, (0.0, 0.0))[1]
+        if planned > 0:
+            self.ratios.append(seconds / planned)
+
+    def now(self) -> float:
+        return max(self.scale, sum(self.ratios) / len(self.ratios)) if self.ratios else self.scale
+
+    def next(self, waiting: list[str]) -> str:
+        """The member to start now (:func:`~airflow_iqp.planning.policies.edf_in_time`);
+        the log names the members due before it that it passed over."""
+        pace = self.now()
+        m = edf_in_time(waiting, time.time(), self.due, pace)
+        passed = [w for w in waiting if m in self.due and w in self.due and self.due[w][0] < self.due[m][0]]
+        if passed:
+            print(f"airflow-iqp final_job: {', '.join(passed)} cannot meet their deadlines at {pace:.2f} x the "
+                  f"planned seconds: {m} starts first", flush=True)
+        return m
+
+
+def _union_tables(parts: list[dict]) -> dict:
+    """Several batches' ``{stream: DataFrame}``, one DataFrame per stream."""
+    out: dict = {}
+    for tables in parts:
+        for name, df in tables.items():
+            out[name] = out[name].unionByName(df) if name in out else df
+    return out
