@@ -45,9 +45,9 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     tail entry's :meth:`~airflow_iqp.window.batch.Batch.member_due`), a member that can no
     longer meet its deadline yields to those that can
     (:func:`~airflow_iqp.planning.policies.edf_in_time`): run first, it would make the
-    members after it late too. Its seconds are the plan's, or what its step took in the
-    window's latest shared batch if less (:func:`_with_steps`), at the pace of the members
-    done so far, never faster than ``scale`` (the plan's).
+    members after it late too. Its seconds are what its step took in the window's latest
+    shared batch, or the plan's if less, and 0 without such a step (:func:`_with_steps`),
+    at the pace of the members done so far, never faster than ``scale`` (the plan's).
 
     ``before``: the tail's earlier batches. One that claimed but has no partial of a
     member's (a shared batch handed over when the last batch could claim,
@@ -113,19 +113,22 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
 
 
 def _with_steps(due: dict, windows: dict) -> dict:
-    """``due`` (member -> its deadline and planned seconds), each member's seconds no more
-    than its step took in the window's latest shared batch (its partial's metrics).
+    """``due`` (member -> its deadline and planned seconds) with each member's seconds
+    what its step took in the window's latest shared batch (its partial's metrics), or
+    the plan's if less; 0 for a member with no step measured in this window.
 
     That step ran on the same cluster in this window, on units read once and cached, as
-    the tail's step runs. The plan's seconds are the calibrated batch's and merge's, each
-    a job of its own that reads files and writes its output, and overrate a light
-    member's tail, where the step and merge are one job: estimated too long, a member
-    yields, and misses a deadline it would have met."""
+    the tail's step runs. The plan's seconds come from the calibrated batch and merge
+    jobs, each a job of its own that reads files and writes its output (on spark-submit
+    with its own JVM), and can overrate a member's tail several times over: estimated too
+    long, a member yields and misses a deadline it would have met. So the plan alone
+    never makes a member yield: without a measured step it yields only once its deadline
+    has passed."""
     out = {}
     for m, (deadline, planned) in due.items():
         written = windows[m].written_partials()
         step = windows[m].metrics(max(written)).get("wall_seconds") if written else None
-        out[m] = (deadline, min(planned, step) if step else planned)
+        out[m] = (deadline, min(planned, step) if step else 0.0)
     return out
 
 

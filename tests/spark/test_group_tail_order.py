@@ -20,14 +20,16 @@ def _partial(ws, batch: int, seconds: float) -> None:
     ws.write_metrics(batch, {"batch": batch, "wall_seconds": seconds})
 
 
-def test_a_member_s_seconds_are_the_plan_s_or_its_latest_shared_step_if_less(tmp_path):
+def test_a_member_s_seconds_are_its_latest_shared_step_or_the_plan_s_if_less_and_none_without_a_step(tmp_path):
     store = open_store(tmp_path / "state")
     windows = {m: store.window(m, "20260101T000000") for m in ("light", "new", "heavy")}
     _partial(windows["light"], 1, 0.9)
     _partial(windows["light"], 2, 0.2)  # the latest shared batch's step
     _partial(windows["heavy"], 1, 5.0)
     due = {"light": (10.0, 0.8), "new": (20.0, 0.5), "heavy": (30.0, 1.0)}
-    assert _with_steps(due, windows) == {"light": (10.0, 0.2), "new": (20.0, 0.5), "heavy": (30.0, 1.0)}
+    # "new" has no step measured in this window (a plan of one batch, in the tail): the
+    # plan's seconds alone do not make it yield.
+    assert _with_steps(due, windows) == {"light": (10.0, 0.2), "new": (20.0, 0.0), "heavy": (30.0, 1.0)}
 
 
 def test_the_pace_is_the_mean_ratio_of_taken_to_planned_never_faster_than_the_plan_s_scale():
