@@ -39,28 +39,28 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     (:meth:`~airflow_iqp.store.WindowState.adopt_claim`), so that its merge checks every
     claimed unit against its partials. The batch's units are read once; then each member's
     step on them is merged with its written partials into its result, as
-    :func:`~airflow_iqp.spark.tail.execute_tail` does for one query, and no member's partial of the last batch is
-    written. The members start earliest deadline first, at most :data:`TAIL_LANES` at
-    once on the session. With ``due`` (member -> its deadline and planned seconds, the
-    tail entry's :meth:`~airflow_iqp.window.batch.Batch.member_due`), a member that can no
-    longer meet its deadline yields to those that can
+    :func:`~airflow_iqp.spark.tail.execute_tail` does for one query, and no member's partial
+    of the last batch is written. The members start earliest deadline first, at most
+    :data:`TAIL_LANES` at once on the session. With ``due`` (member -> its deadline and
+    planned seconds, the tail entry's :meth:`~airflow_iqp.window.batch.Batch.member_due`), a
+    member that can no longer meet its deadline yields to those that can
     (:func:`~airflow_iqp.planning.policies.edf_in_time`): run first, it would make the
     members after it late too. Its seconds are what its step took in the window's latest
-    shared batch, or the plan's if less, and 0 without such a step (:func:`_with_steps`),
-    at the pace of the members done so far, never faster than ``scale`` (the plan's).
+    shared batch, or the plan's if less, and 0 without such a step (:func:`_with_steps`), at
+    the pace of the members done so far, never faster than ``scale`` (the plan's).
 
     ``before``: the tail's earlier batches. One that claimed but has no partial of a
     member's (a shared batch handed over when the last batch could claim,
     :func:`~airflow_iqp.spark.batch.execute_shared_batch`'s ``stop``) is read once too, and
     that member's step runs on its units with the last batch's: a member due earlier does
-    not wait for the steps of members due later. ``kept``: such batches' units as the
-    shared batch left them cached in this session (its ``keep``), not read again.
-    ``written``: member -> its partials as :func:`~airflow_iqp.spark.tail.read_written` read them ahead. The first
-    member runs alone: the others start once its result is written. A retry claims
-    nothing again and writes each result again from the same claims: no unit is
-    counted twice. Returns ``{"members": {member: its result manifest}, "started":
-    {member: when its work started}}``; a member that fails fails the tail once the
-    members already started are done, and the members not started yet do not start."""
+    not wait for the steps of members due later. ``kept``: such batches' units as the shared
+    batch left them cached in this session (its ``keep``), not read again. ``written``:
+    member -> its partials as :func:`~airflow_iqp.spark.tail.read_written` read them ahead.
+    The first member runs alone: the others start once its result is written. A retry claims
+    nothing again and writes each result again from the same claims: no unit is counted
+    twice. Returns ``{"members": {member: its result manifest}, "started": {member: when its
+    work started}}``; a member that fails fails the tail once the members already started
+    are done, and the members not started yet do not start."""
     store = group.store
     windows = {m: store.window(m, group.window_id) for m in members}
     claims = group.claims()  # read once for every member
@@ -133,11 +133,11 @@ def _with_steps(due: dict, windows: dict) -> dict:
 
 
 class _Pace:
-    """How much longer than planned a group tail's members take: the mean ratio of the
-    seconds taken to those planned (``due``) of the members done so far in this tail, and
-    never less than ``scale`` (the plan's). It covers what the plan's costs do not: two
-    lanes sharing the cores, and a plan the JVM has compiled few times. A member that ran
-    faster than planned (a small merge its model overrates) does not make the others
+    """How much longer than expected a group tail's members take: the mean ratio of the
+    seconds taken to those expected (``due``, as :func:`_with_steps` gives them) of the
+    members done so far in this tail, and never less than ``scale`` (the plan's). It
+    covers what those seconds do not: two lanes sharing the cores, and a plan the JVM has
+    compiled few times. A member that ran faster than expected does not make the others
     seem faster than the plan has them."""
 
     def __init__(self, due: dict, scale: float):
@@ -159,7 +159,7 @@ class _Pace:
         passed = [w for w in waiting if m in self.due and w in self.due and self.due[w][0] < self.due[m][0]]
         if passed:
             print(f"airflow-iqp final_job: {', '.join(passed)} cannot meet their deadlines at {pace:.2f} x the "
-                  f"planned seconds: {m} starts first", flush=True)
+                  f"expected seconds: {m} starts first", flush=True)
         return m
 
 
