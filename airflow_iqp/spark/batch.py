@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units
@@ -67,6 +68,42 @@ def _pause_hook(tmp) -> None:
     if seconds > 0:
         print(f"airflow-iqp: partial written to {tmp}; pausing {seconds}s before rename", file=sys.stderr, flush=True)
         time.sleep(seconds)
+
+
+#: How many members' steps a group's job runs at once on its session: its shared batches'
+#: and its fused tail's (:func:`airflow_iqp.spark.group_tail.execute_group_tail`). A
+#: member's step on a batch of a few units is mostly the driver's work (analysis,
+#: scheduling, the partial's or result's commit) on one core, so one member after another
+#: leaves the other core of a small cluster idle.
+LANES = 2
+
+
+def in_lanes(step, members: list[str], *, stop=None, pick=None, first_alone: bool = False,
+             on_done=None) -> tuple[dict, list[str]]:
+    """``step(member)`` for each of ``members``, at most :data:`LANES` at once:
+    ``({member: its step's return}, [the members handed over])``. Each time a lane frees,
+    ``stop()`` (if given) is asked first: once it is true, the members not started are
+    handed over and do not start; then ``pick(waiting)`` names the member to start (the
+    first waiting without it). With ``first_alone`` the others start once the first is done.
+    ``on_done(member, its return)`` runs as each is done. A step that fails raises once the
+    steps already started are done, and no other starts."""
+    out, queue, left = {}, list(members), []
+    with ThreadPoolExecutor(max_workers=LANES, thread_name_prefix="iqp-lane") as lanes:
+        running: dict = {}
+        while queue or running:
+            while queue and len(running) < (1 if first_alone and not out else LANES):
+                if stop is not None and stop():
+                    left, queue = queue, []
+                    break
+                m = pick(queue) if pick is not None else queue[0]
+                queue.remove(m)
+                running[lanes.submit(step, m)] = m
+            for future in wait(running, return_when=FIRST_COMPLETED).done if running else ():
+                m = running.pop(future)
+                out[m] = future.result()
+                if on_done is not None:
+                    on_done(m, out[m])
+    return out, left
 
 
 def _check_work(work: dict, saved: Saved) -> None:
@@ -138,16 +175,18 @@ def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = Tru
     written into that query's window, whose claim of the batch is the group's
     (:meth:`~airflow_iqp.store.WindowState.adopt_claim`), before its partial is written.
     The group's window gets the batch's metrics, and the group's cost history its cost:
-    every member's step together, from the group's claim to the last partial written.
+    every member's step together, from the group's claim to the last partial written. The
+    members' steps run in the group's order, :data:`LANES` at once (:func:`in_lanes`).
 
-    ``stop()``, asked before each member's step, hands the rest over: once it is true, the
-    members left get no partial of this batch (``metrics["left"]`` names them), and a
-    group's fused tail computes their step on these units with its last batch's, earliest
-    deadline first (:func:`airflow_iqp.spark.group_tail.execute_group_tail`). A batch handed
-    over records no cost history: its cost is not every member's. With ``stop`` (in a
-    fused tail), a member whose partial an earlier attempt wrote is not computed again;
-    without it, a retry writes every member's partial again. ``keep``: where a batch that
-    hands members over leaves its read units, still cached, for the tail in the same session
+    ``stop()``, asked before each member's step starts, hands the rest over: once it is
+    true, the members not started get no partial of this batch (``metrics["left"]`` names
+    them), and a group's fused tail computes their step on these units with its last
+    batch's, earliest deadline first
+    (:func:`airflow_iqp.spark.group_tail.execute_group_tail`). A batch handed over records
+    no cost history: its cost is not every member's. With ``stop`` (in a fused tail), a
+    member whose partial an earlier attempt wrote is not computed again; without it, a
+    retry writes every member's partial again. ``keep``: where a batch that hands members
+    over leaves its read units, still cached, for the tail in the same session
     (``keep[batch] = (inspection, {stream: DataFrame})``; the tail unpersists them)."""
     store = open_store(work["store"])
     group = store.window(work["query"], work["window"])
@@ -164,20 +203,19 @@ def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = Tru
     if work["claimed"] and not units:  # every unit quarantined when claimed: nothing to compute
         return {"query": group.query_id, "batch": work["batch"], "units": 0, "unit_ids": [], "members": list(members),
                 "quarantined": work["quarantined"], "wall_seconds": 0.0, "written_at": None}
-    per_member, left = {}, []
+    todo = [m for m in members if not (stop is not None and windows[m].has_partial(work["batch"]))]
     with StepMeter(spark) as meter:
         inspection, tables = read_shared(spark, group, members, files, work["checked"])
+
+        def step(m: str) -> dict:
+            t0 = time.time()
+            df = partial_of(spark, members[m], tables, work["static"] or None)
+            uri = windows[m].write_partial(work["batch"], parquet_writer(df, before_commit=_pause_hook))
+            return {"uri": uri, "seconds": time.time() - t0, "written_at": time.time()}
+
+        left: list = []
         try:
-            for m, saved in members.items():
-                if stop is not None and windows[m].has_partial(work["batch"]):
-                    continue
-                if left or (stop is not None and stop()):
-                    left.append(m)
-                    continue
-                t0 = time.time()
-                df = partial_of(spark, saved, tables, work["static"] or None)
-                uri = windows[m].write_partial(work["batch"], parquet_writer(df, before_commit=_pause_hook))
-                per_member[m] = {"uri": uri, "seconds": time.time() - t0, "written_at": time.time()}
+            per_member, left = in_lanes(step, todo, stop=stop)
         finally:
             if left and keep is not None:
                 keep[work["batch"]] = (inspection, tables)

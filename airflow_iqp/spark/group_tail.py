@@ -8,26 +8,14 @@ import here.
 from __future__ import annotations
 
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from airflow_iqp.filecheck import files_to_read
 from airflow_iqp.planning.policies import edf_in_time
 from airflow_iqp.query.store import load_query
-from airflow_iqp.spark.batch import read_shared
+from airflow_iqp.spark.batch import in_lanes, read_shared
 from airflow_iqp.spark.merge import execute_final
 from airflow_iqp.spark.steps import partial_of
 from airflow_iqp.store import WindowState
-
-
-#: How many members' steps a group's tail runs at once on its session, started earliest
-#: deadline first. After the window's end a member's step is a few units and a merge of a
-#: few partials: mostly the driver's work (analysis, scheduling, the result's commit) on
-#: one core, so one member after another leaves the other core of a small cluster idle.
-#: The first member runs alone, before the others start: its deadline is the
-#: nearest to the window's end, and a second member beside it slows it (the driver's
-#: work shares the cores). The plan (``window.group.tail_deadline``) counts the members
-#: one after another: it errs late.
-TAIL_LANES = 2
 
 
 def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tuple[str, ...],
@@ -41,7 +29,8 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     step on them is merged with its written partials into its result, as
     :func:`~airflow_iqp.spark.tail.execute_tail` does for one query, and no member's partial
     of the last batch is written. The members start earliest deadline first, at most
-    :data:`TAIL_LANES` at once on the session. With ``due`` (member -> its deadline and
+    :data:`~airflow_iqp.spark.batch.LANES` at once on the session
+    (:func:`~airflow_iqp.spark.batch.in_lanes`). With ``due`` (member -> its deadline and
     planned seconds, the tail entry's :meth:`~airflow_iqp.window.batch.Batch.member_due`), a
     member that can no longer meet its deadline yields to those that can
     (:func:`~airflow_iqp.planning.policies.edf_in_time`): run first, it would make the
@@ -93,18 +82,11 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
         for b in dict.fromkeys(b for batches in todo.values() for b in batches if b not in read):
             claim = claims[b]
             read[b] = read_shared(spark, group, saved, files_to_read(claim), claim.get("checked"))
-        waiting, pace, out = list(members), _Pace(_with_steps(due or {}, windows), scale), {}
-        with ThreadPoolExecutor(max_workers=TAIL_LANES, thread_name_prefix="iqp-tail") as lanes:
-            running: dict = {}
-            while waiting or running:
-                while waiting and len(running) < (TAIL_LANES if out else 1):  # the first alone
-                    m = pace.next(waiting)
-                    waiting.remove(m)
-                    running[lanes.submit(finish, m)] = m
-                for future in wait(running, return_when=FIRST_COMPLETED).done:
-                    m = running.pop(future)
-                    out[m] = future.result()  # a failure: the running members end, no other starts
-                    pace.done(m, out[m]["written_at"] - started[m])
+        # The first member runs alone: its deadline is the nearest to the window's end, and
+        # a second member beside it slows it (the driver's work shares the cores).
+        pace = _Pace(_with_steps(due or {}, windows), scale)
+        out, _left = in_lanes(finish, list(members), pick=pace.next, first_alone=True,
+                              on_done=lambda m, done: pace.done(m, done["written_at"] - started[m]))
     finally:
         for _i, tables in read.values():
             for df in tables.values():

@@ -44,16 +44,16 @@ def assert_tpch_result(ws, q: str, units, tpch_dir) -> None:
 def assert_started_in_lanes(out: dict, members: tuple[str, ...]) -> None:
     """A group tail's members started in the order given, earliest deadline first: the
     first alone (every other started after its result was written), then at most
-    ``TAIL_LANES`` at once, each after the earlier members had written all but
-    ``TAIL_LANES - 1`` of their results."""
-    from airflow_iqp.spark.group_tail import TAIL_LANES
+    ``LANES`` at once, each after the earlier members had written all but
+    ``LANES - 1`` of their results."""
+    from airflow_iqp.spark.batch import LANES
 
     started = [out["started"][q] for q in members]
     assert started == sorted(started)
     assert all(t >= out["members"][members[0]]["written_at"] for t in started[1:]), (started, members)
-    for i, q in enumerate(members[TAIL_LANES:], start=TAIL_LANES):
+    for i, q in enumerate(members[LANES:], start=LANES):
         done = sorted(out["members"][p]["written_at"] for p in members[:i])
-        assert out["started"][q] >= done[i - TAIL_LANES], (q, started, done)
+        assert out["started"][q] >= done[i - LANES], (q, started, done)
 
 
 def test_each_query_of_a_group_gets_its_own_partials_and_result_from_one_read(spark, events_dir, tmp_path):
@@ -204,7 +204,7 @@ def test_a_shared_batch_hands_the_members_due_later_over_to_the_group_s_tail(spa
     execute_batch(spark, batch_work(group, 1, members=members), backend="spark-submit")
     asked = []
 
-    def stop() -> bool:  # the last batch may claim once the first member's step is written
+    def stop() -> bool:  # asked as each member would start: the last batch may claim once cq1 has started
         asked.append(1)
         return len(asked) > 1
 
