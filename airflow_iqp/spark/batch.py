@@ -71,10 +71,11 @@ def _pause_hook(tmp) -> None:
 
 
 #: How many members' steps a group's job runs at once on its session: its shared batches'
-#: and its fused tail's (:func:`airflow_iqp.spark.group_tail.execute_group_tail`). A
-#: member's step on a batch of a few units is mostly the driver's work (analysis,
-#: scheduling, the partial's or result's commit) on one core, so one member after another
-#: leaves the other core of a small cluster idle.
+#: and its fused tail's (:func:`airflow_iqp.spark.group_tail.execute_group_tail`). Part of
+#: a member's step on a batch of a few units is the driver's work (analysis, scheduling,
+#: the partial's or result's commit) on one core, which one member after another leaves
+#: the other core of a small cluster idle through. Two CPU-heavy members side by side
+#: each take longer than alone, and together about as long as one after the other.
 LANES = 2
 
 

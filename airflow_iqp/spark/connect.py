@@ -43,6 +43,8 @@ DEFAULT_HOST = "127.0.0.1"
 TOKEN_CONF = "spark.connect.authenticate.token"
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 BIND_CONF = "spark.connect.grpc.binding.address"
+#: glibc's malloc arenas for the server's JVM (``MALLOC_ARENA_MAX``; :func:`_daemon_env`).
+MALLOC_ARENAS = "2"
 PORT_CONF = "spark.connect.grpc.binding.port"
 
 #: Server-side defaults for a small local server: the spark-submit LOCAL_CONF without its driver JVM
@@ -170,6 +172,11 @@ def _daemon_env(d: Path, port: int, token: str | None = None) -> dict[str, str]:
     env.update({"SPARK_PID_DIR": str(d / "pid"), "SPARK_LOG_DIR": str(d / "log"), "SPARK_IDENT_STRING": "iqp",
                 "SPARK_HOME": str(spark_home())})
     env.setdefault("PYSPARK_PYTHON", sys.executable)
+    # glibc gives each thread that allocates natively an arena of its own, up to 8 per core,
+    # and keeps what it freed: a server's hundreds of threads (gRPC, Arrow batches of
+    # results, Parquet) grow its resident memory far past its heap. Hadoop's daemons cap the
+    # arenas the same way; a value in the environment is kept.
+    env.setdefault("MALLOC_ARENA_MAX", MALLOC_ARENAS)
     env.pop(TOKEN_ENV, None)
     if token:  # the server JVM reads it from its environment: not on the command line, not in ps
         env[TOKEN_ENV] = token

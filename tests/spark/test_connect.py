@@ -79,6 +79,13 @@ def test_server_answers_only_on_loopback(server):
     assert "spark.connect.grpc.binding.address=127.0.0.1" in log
 
 
+def test_the_server_s_jvm_runs_with_glibc_s_arenas_capped(server):
+    from airflow_iqp.spark.connect import MALLOC_ARENAS
+
+    environ = Path(f"/proc/{server['pid']}/environ").read_bytes().split(b"\0")
+    assert f"MALLOC_ARENA_MAX={MALLOC_ARENAS}".encode() in environ
+
+
 def test_both_backends_in_one_process_give_identical_results(server, tpch_dir, units, tmp_path):
     """Q4 (orders semi-joined with lineitem, an ordered result) in two batches on the Connect
     server, then through run_window()'s real spark-submit processes from this same process."""
