@@ -43,9 +43,9 @@ DEFAULT_HOST = "127.0.0.1"
 TOKEN_CONF = "spark.connect.authenticate.token"
 TOKEN_ENV = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
 BIND_CONF = "spark.connect.grpc.binding.address"
+PORT_CONF = "spark.connect.grpc.binding.port"
 #: glibc's malloc arenas for the server's JVM (``MALLOC_ARENA_MAX``; :func:`_daemon_env`).
 MALLOC_ARENAS = "2"
-PORT_CONF = "spark.connect.grpc.binding.port"
 
 #: Server-side defaults for a small local server: the spark-submit LOCAL_CONF without its driver JVM
 #: flags, which trade peak speed for a fast start (right for a short job, not for a server that
