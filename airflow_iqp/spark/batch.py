@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
 from airflow_iqp.errors import ConfigError
@@ -247,7 +248,8 @@ def execute_shared_batch(spark, work: dict, *, backend: str, history: bool = Tru
 
 def read_shared(spark, group: WindowState, members: dict[str, Saved], files: list[str], checked: dict | None):
     """A shared batch's files, checked once and read once for every member: (the
-    inspection, ``{stream: persisted DataFrame}``; the caller unpersists them).
+    inspection, ``{stream: DataFrame}``, persisted where more than one member reads the
+    stream; the caller unpersists them).
 
     One check of the batch's files, of every stream a member reads: a unit bad in any of
     them is out of the batch for every member (the group claimed it once). The record of
@@ -263,7 +265,11 @@ def read_shared(spark, group: WindowState, members: dict[str, Saved], files: lis
         for stream, columns in inspection.columns.items():
             if columns and store.query(m).columns(stream) is None and record.columns(stream) is not None:
                 store.query(m).record_columns(stream, record.columns(stream))
-    return inspection, {name: df.persist() for name, df in _union_streams(spark, members, inspection).items()}
+    readers = Counter(s for saved in members.values() for s in saved.query.streams)
+    # Caching reads and stores every column of a stream; a member that reads it alone reads
+    # only its own columns, straight from the files.
+    return inspection, {name: df.persist() if readers[name] > 1 else df
+                        for name, df in _union_streams(spark, members, inspection).items()}
 
 
 def _union_streams(spark, members: dict[str, Saved], inspection) -> dict:
