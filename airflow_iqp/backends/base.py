@@ -26,8 +26,10 @@ if TYPE_CHECKING:
     from airflow_iqp.window.batch import Batch
 
 #: A fused tail's task starts this long before the window's end by default: enough for
-#: Airflow to start it and for it to open its Spark session.
-TAIL_LEAD_S = 5.0
+#: Airflow to resume the deferred sensor ``tail_wait`` and then start the task after it (two
+#: task starts in a row, each slower on a small machine busy with the window's batches),
+#: and for the task to open its Spark session. A task started early waits in its process.
+TAIL_LEAD_S = 8.0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -56,7 +56,7 @@ def test_the_plan_is_stored_pushed_and_returned_as_one_entry_per_batch(tmp_path)
 
 
 def test_a_fused_tail_is_not_mapped_and_starts_the_backend_s_lead_before_the_end(tmp_path):
-    for backend, lead in ((SparkSubmit(fuse_tail=True), 15.0), (SparkConnect(fuse_tail=True, tail_lead=3), 3.0)):
+    for backend, lead in ((SparkSubmit(fuse_tail=True), 18.0), (SparkConnect(fuse_tail=True, tail_lead=3), 3.0)):
         ti = TI("plan")
         entries = planner(tmp_path, backend=backend).execute(context(ti, end=START + WINDOW))
         tail = Batch.from_dict(ti.xcom["tail"])
