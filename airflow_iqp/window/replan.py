@@ -12,7 +12,7 @@ from airflow_iqp.planning.planner import Plan, build_plan, plan_batches
 from airflow_iqp.store import WindowState
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.config import QueryConfig, clock
-from airflow_iqp.window.costs import cost_models
+from airflow_iqp.window.costs import cost_models, tail_startup
 
 #: The share of a window after which the rate seen so far estimates its total.
 EXTRAPOLATE_AFTER = 0.1
@@ -85,6 +85,14 @@ def recost(batch: Batch, units: int, models: Models) -> dict:
     return doc
 
 
+def _tail_startup(doc: dict, cost) -> float:
+    """What a fused tail's task pays in its lead (:func:`~airflow_iqp.window.costs.tail_startup`)
+    with ``cost``, the batch cost in effect; 0 without a fused tail or without the plan's
+    settings."""
+    settings = doc.get("config")
+    return tail_startup(QueryConfig.from_dict(settings), cost) if settings else 0.0
+
+
 def replan(batch: Batch, claimed: int, arrived: int, now: float,
            models: Models | None = None) -> tuple[bool, dict | None]:
     """As a batch fires: whether it runs now, and the window's remaining batches planned again.
@@ -117,14 +125,19 @@ def replan(batch: Batch, claimed: int, arrived: int, now: float,
     else:
         total = max(seen, math.ceil(seen * rel_end / rel_now))
 
+    # A fused tail's task pays its start-up in its lead, before the window's end: to
+    # Algorithm 1 its last batch is ready that much earlier, as in the window's first plan
+    # (window.plan._ready_by), and the units due after that are the last batch's anyway.
+    ready_by = ready_end - _tail_startup(doc, cost)
+
     def cut(first_free: float, at_once: int, rest: int) -> tuple[list[int], Plan | None]:
         """Algorithm 1 over ``at_once`` units ready now and ``rest`` arriving evenly until the end."""
         if at_once + rest <= 0:
             return [], None
         step = (rel_end - rel_now) / max(rest, 1)
         times = tuple([max(first_free, rel_now)] * at_once
-                      + [max(first_free, min(rel_end, rel_now + (j + 1) * step)) for j in range(rest)])
-        arrival, w_end = EmpiricalArrival(times), max(ready_end, times[-1])
+                      + [max(first_free, min(rel_end, ready_by, rel_now + (j + 1) * step)) for j in range(rest)])
+        arrival, w_end = EmpiricalArrival(times), max(ready_by, times[-1])
         # A deadline already behind (a checkpoint that fired late, an infeasible deadline):
         # the batches that finish earliest, as the window's first plan does, not an error.
         return plan_batches(arrival, cost, agg, w_end, max(rel_deadline, w_end)).sizes, (arrival, w_end)

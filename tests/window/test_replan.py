@@ -102,3 +102,25 @@ def test_the_rest_of_a_window_is_planned_again_after_its_first_batch_with_newer_
     assert rest.cost < last.cost and rest.expected_total == 120
     # The last batch keeps the window's count, and still fires no earlier than its end.
     assert fire_at(rest) >= START + 120
+
+
+@pytest.mark.parametrize("fuse_tail", [False, True])
+def test_a_fused_tail_s_re_plan_counts_its_start_up_in_the_lead_as_the_first_plan_does(tmp_path, fuse_tail):
+    """A fused tail's task starts before the window's end and pays its start-up there, so
+    the first plan has its last batch ready that much earlier. The re-plan after the first
+    batch does too: with the measured costs (cheaper than the built-in default) it keeps a
+    deadline the first plan met. Without a fused tail, the same deadline cannot be met."""
+    c = cfg(tmp_path, fuse_tail=fuse_tail)
+    wp = plan_window(c, START, START + 120, START + 140, now=START)
+    store_plan(wp)
+    assert wp.plan.feasible == fuse_tail
+    measured(c, 5, "w0")
+    measured(c, 115, "w0")
+    first = wp.batches[0]
+    land(tmp_path / "landing", first.cumulative, START + 5)
+    claim_batch(first, max(START + 10, fire_at(first)))
+    doc = open_store(c.state_dir).window(c.query, wp.window_id).doc("replan")
+    assert doc["feasible"] == fuse_tail, doc["sizes"]
+    if fuse_tail:  # every unit after the first batch in the tail, which still fires at the window's end
+        assert doc["sizes"] == [120 - len(open_store(c.state_dir).window(c.query, wp.window_id).claim_of(1)["units"])]
+        assert fire_at(effective(wp.batches[-1])) >= START + 120
