@@ -16,7 +16,6 @@ Writes ``benchmarks/results/shared_read.json`` and ``benchmarks/results/shared_r
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import platform
 import statistics
@@ -35,7 +34,7 @@ from airflow_iqp.inputs.tpch import generate, streams_at  # noqa: E402
 from airflow_iqp.query.catalogue import get_query  # noqa: E402
 from airflow_iqp.query.store import Saved  # noqa: E402
 from airflow_iqp.spark import connect  # noqa: E402
-from airflow_iqp.spark.batch import _union_streams  # noqa: E402
+from airflow_iqp.spark.batch import _union_streams, reader_of_all  # noqa: E402
 from airflow_iqp.spark.steps import partial_of  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -46,10 +45,7 @@ UNITS = (7, 20)
 def one_round(spark, members: dict, files: list[str], cached: bool) -> float:
     """Seconds to read ``files`` once for ``members`` and collect each member's partial."""
     t0 = time.perf_counter()
-    lead = next(iter(members.values()))
-    streams = tuple(dict.fromkeys(s for m in members.values() for s in m.query.streams))
-    inspection = inspect_files(files, dataclasses.replace(lead, query=dataclasses.replace(lead.query,
-                                                                                         streams=streams)))
+    inspection = inspect_files(files, reader_of_all(members))
     tables = _union_streams(spark, members, inspection)
     if cached:
         tables = {n: df.persist() for n, df in tables.items()}

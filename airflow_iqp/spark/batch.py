@@ -255,10 +255,8 @@ def read_shared(spark, group: WindowState, members: dict[str, Saved], files: lis
     them is out of the batch for every member (the group claimed it once). The record of
     the streams' columns is the first member's, and every member's gets what it records."""
     store = group.store
-    first = next(iter(members.values()))
-    read = tuple(dict.fromkeys(s for saved in members.values() for s in saved.query.streams))
-    lead = dataclasses.replace(first, query=dataclasses.replace(first.query, streams=read))
-    record = store.query(first.query.id)
+    lead = reader_of_all(members)
+    record = store.query(lead.query.id)
     claimed = group.claimed_files() if _columns_unknown(lead, record) else ()
     inspection = inspect_files(files, lead, record, claimed=claimed, checked=checked)
     for m in list(members)[1:]:  # a member's merge of an empty window reads its own record
@@ -270,6 +268,14 @@ def read_shared(spark, group: WindowState, members: dict[str, Saved], files: lis
     # only its own columns, straight from the files.
     return inspection, {name: df.persist() if readers[name] > 1 else df
                         for name, df in _union_streams(spark, members, inspection).items()}
+
+
+def reader_of_all(members: dict[str, Saved]) -> Saved:
+    """The first member, reading every stream any member reads: what checks a shared
+    batch's files once for all of them (:func:`inspect_files`)."""
+    first = next(iter(members.values()))
+    read = tuple(dict.fromkeys(s for saved in members.values() for s in saved.query.streams))
+    return dataclasses.replace(first, query=dataclasses.replace(first.query, streams=read))
 
 
 def _union_streams(spark, members: dict[str, Saved], inspection) -> dict:
