@@ -1,27 +1,62 @@
 """A group's fused tail after the window's end: its last batch, claimed once, read once,
 and each member's step on it merged with its partials into its result, two members at a
 time, earliest deadline first among those still in time (:func:`execute_group_tail`).
-:func:`airflow_iqp.spark.tail.run_tail` calls it once the last batch may claim. No Airflow
-import here.
+:func:`airflow_iqp.spark.tail.run_tail` calls it once the last batch may claim, after
+:func:`work_ahead` has run the members' steps on the units that arrived during the tail's
+lead. No Airflow import here.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
-from airflow_iqp.filecheck import files_to_read
+from airflow_iqp.filecheck import Inspection, files_to_read
+from airflow_iqp.landing import list_units
 from airflow_iqp.planning.policies import edf_in_time
 from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.batch import in_lanes, read_shared
 from airflow_iqp.spark.merge import execute_final
 from airflow_iqp.spark.steps import partial_of
 from airflow_iqp.store import WindowState
+from airflow_iqp.streams import files_of
+from airflow_iqp.window.batch import Batch
+
+
+@dataclass
+class Ahead:
+    """What a group's fused tail read and computed during its lead (:func:`work_ahead`):
+    the last batch's units that had arrived, read once (``inspection``, ``tables``), and
+    the step on them of each member there was time for (``parts``: member -> its partial,
+    cached and computed)."""
+
+    inspection: Inspection
+    tables: dict
+    parts: dict = field(default_factory=dict)
+
+    def rest(self, claim: dict) -> list[str] | None:
+        """The claim's files not read ahead; None if what was read ahead is not part of the
+        claim as it stands (a file another batch claimed, or one the claim quarantined or
+        counted other rows in): then nothing read ahead is used."""
+        files, checked = files_to_read(claim), claim.get("checked") or {}
+        mine = set(files)
+        for info in self.inspection.infos:
+            if info.path not in mine or (info.path in checked and info.rows is not None
+                                         and checked[info.path] != info.rows):
+                return None
+        ahead = set(self.inspection.files)
+        return [f for f in files if f not in ahead]
+
+    def release(self) -> None:
+        for df in (*self.parts.values(), *self.tables.values()):
+            df.unpersist()
 
 
 def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tuple[str, ...],
                        static: str | dict | None, *, backend: str, history: bool = True,
                        before: tuple[int, ...] = (), kept: dict | None = None,
-                       written: dict | None = None, due: dict | None = None, scale: float = 1.0) -> dict:
+                       written: dict | None = None, due: dict | None = None, scale: float = 1.0,
+                       ahead: Ahead | None = None) -> dict:
     """A group's fused tail: its last batch, claimed once by the group, and every member's
     merge, in one Spark job. Each member first takes the group's claims as its own
     (:meth:`~airflow_iqp.store.WindowState.adopt_claim`), so that its merge checks every
@@ -45,6 +80,9 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     not wait for the steps of members due later. ``kept``: such batches' units as the shared
     batch left them cached in this session (its ``keep``), not read again. ``written``:
     member -> its partials as :func:`~airflow_iqp.spark.tail.read_written` read them ahead.
+    ``ahead``: :func:`work_ahead`'s; where the last batch's claim holds every file it read,
+    only the claim's other files are read now, and a member whose step on the files read
+    ahead is done runs its step on the others alone (the two partials cover the claim once).
     The first member runs alone: the others start once its result is written. A retry claims
     nothing again and writes each result again from the same claims: no unit is counted
     twice. Returns ``{"members": {member: its result manifest}, "started": {member: when its
@@ -61,14 +99,27 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
                      and not windows[m].has_partial(b)) for m in members}
     read: dict = dict(kept or {})  # batch -> (inspection, {stream: DataFrame}), each read once
     started: dict = {}
+    rest = ahead.rest(claims.get(tail_batch) or {}) if ahead is not None else None
+    if ahead is not None and rest is None:
+        print("airflow-iqp final_job: the units read ahead are not all in the last batch's claim: read again",
+              flush=True)
+    early = ahead.parts if rest is not None else {}  # member -> its step on the units read ahead
+    fresh: list = []  # the last batch's units not read ahead, once read: [(inspection, tables)]
 
     def finish(m: str) -> dict:
         started[m] = time.time()
         tail, bad, rows_in = None, [], None
         if todo[m]:
             parts = [read[b] for b in todo[m]]
-            tables = _union_tables([t for _i, t in parts])
-            tail = (todo[m], partial_of(spark, saved[m], tables, static))
+            if m in early and tail_batch in todo[m]:  # its step on the rest, beside the one done ahead
+                others = [read[b] for b in todo[m] if b != tail_batch] + fresh
+                step = early[m]
+                if others:
+                    step = step.unionByName(partial_of(spark, saved[m], _union_tables([t for _i, t in others]),
+                                                       static))
+            else:
+                step = partial_of(spark, saved[m], _union_tables([t for _i, t in parts]), static)
+            tail = (todo[m], step)
             bad = [q for i, _t in parts for q in i.quarantined]
             counts = [i.rows for i, _t in parts]
             rows_in = None if None in counts else sum(counts)
@@ -81,17 +132,83 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     try:
         for b in dict.fromkeys(b for batches in todo.values() for b in batches if b not in read):
             claim = claims[b]
-            read[b] = read_shared(spark, group, saved, files_to_read(claim), claim.get("checked"))
+            if b == tail_batch and rest is not None:
+                if rest:
+                    fresh.append(read_shared(spark, group, saved, rest, claim.get("checked")))
+                read[b] = _with_ahead(ahead, fresh)
+            else:
+                read[b] = read_shared(spark, group, saved, files_to_read(claim), claim.get("checked"))
         # The first member runs alone: its deadline is the nearest to the window's end, and
         # a second member beside it slows it (the driver's work shares the cores).
         pace = _Pace(_with_steps(due or {}, windows), scale)
         out, _left = in_lanes(finish, list(members), pick=pace.next, first_alone=True,
                               on_done=lambda m, done: pace.done(m, done["written_at"] - started[m]))
     finally:
-        for _i, tables in read.values():
+        for _i, tables in [*read.values(), *fresh]:
             for df in tables.values():
                 df.unpersist()
-    return {"members": {m: out[m] for m in members}, "started": started}
+    return {"members": {m: out[m] for m in members}, "started": started,
+            "ahead": sorted(m for m in early if tail_batch in todo[m])}
+
+
+def work_ahead(spark, group: WindowState, tail: Batch, static: str | dict | None = None,
+               until: float | None = None) -> Ahead | None:
+    """During a group tail's lead: read the last batch's units that have arrived and are
+    not claimed, once, and run each member's step on them, earliest deadline first, two at
+    a time, while a member's expected seconds (:func:`_with_steps`, times the plan's scale)
+    end before ``until`` (default: the last batch's ready time); each step's partial is
+    cached and computed now. After the window's end the tail then reads and steps on only
+    the units that came after (:meth:`Ahead.rest`); a member without a step ahead runs its
+    step on all of them, the ones read ahead still cached. Nothing is claimed or written:
+    a unit another batch claims meanwhile makes the tail read again
+    (:func:`execute_group_tail`). None when no unit is waiting or nothing read ahead fits;
+    a failure is printed and ignored (the tail meets the same error, if it is one)."""
+    until = tail.ready_ts if until is None else until
+    claimed = group.claimed_units()
+    units = [u for u in list_units(tail.landing, tail.streams) if u.name not in claimed]
+    if not units or time.time() >= until:
+        return None
+    store = group.store
+    members = {m: load_query(m, store) for m in tail.members}
+    windows = {m: store.window(m, group.window_id) for m in tail.members}
+    due = tail.member_due()  # the plan's seconds where no step of the member's is measured in the window
+    seconds = {m: (s or due[m][1]) * tail.cost_scale for m, (_d, s) in _with_steps(due, windows).items()}
+    ahead = None
+    try:
+        inspection, tables = read_shared(spark, group, members, files_of(units, tail.streams), None)
+        ahead = Ahead(inspection, tables)
+
+        def step(m: str):
+            if time.time() + seconds.get(m, 0.0) >= until:
+                return None
+            df = partial_of(spark, members[m], tables, static).persist()
+            df.count()  # computed now, while the window is open
+            return df
+
+        done, _left = in_lanes(step, list(members), stop=lambda: time.time() >= until)
+        ahead.parts = {m: done[m] for m in members if done.get(m) is not None}
+    except Exception as exc:  # noqa: BLE001 - work ahead only saves time after the window's end
+        print(f"airflow-iqp final_job: {tail.label}: working ahead failed, ignored: {type(exc).__name__}: {exc}",
+              flush=True)
+        if ahead is not None:
+            ahead.release()
+        return None
+    if not ahead.parts:
+        ahead.release()
+        return None
+    print(f"airflow-iqp final_job: {tail.label}: worked ahead on {len(units)} units: the steps of "
+          f"{', '.join(ahead.parts)}", flush=True)
+    return ahead
+
+
+def _with_ahead(ahead: Ahead, fresh: list) -> tuple:
+    """The last batch's read: the files read ahead with those read after the claim (``fresh``)."""
+    if not fresh:
+        return ahead.inspection, ahead.tables
+    inspection, tables = fresh[0]
+    both = Inspection([*ahead.inspection.infos, *inspection.infos], inspection.quarantined,
+                      ahead.inspection.columns | inspection.columns)
+    return both, _union_tables([ahead.tables, tables])
 
 
 def _with_steps(due: dict, windows: dict) -> dict:

@@ -225,3 +225,61 @@ def test_a_shared_batch_hands_the_members_due_later_over_to_the_group_s_tail(spa
     again = execute_group_tail(spark, group, 3, members, None, backend="spark-submit", before=(2,))
     for q in members:
         assert again["members"][q]["units"] == out["members"][q]["units"] and again["members"][q]["revision"] == 1
+
+
+def test_a_group_s_tail_works_ahead_on_the_units_that_arrived_and_reads_only_the_rest_once_it_claims(
+        spark, tpch_dir, units, tmp_path):
+    """During a group tail's lead, ``work_ahead`` reads the last batch's units that have
+    arrived and are not claimed, once, and runs each member's step on them; nothing is
+    claimed. After the claim the tail reads only the units that came after: each member's
+    step on them joins its step done ahead, and every result covers each unit once and
+    equals DuckDB's. A retry without the work ahead writes the same results."""
+    import shutil
+    import time
+
+    from airflow_iqp.inputs.tpch import streams_at
+    from airflow_iqp.query.catalogue import get_query
+    from airflow_iqp.spark.group_tail import execute_group_tail, work_ahead
+    from tests.support.batches import make_batch
+
+    landing, state = tmp_path / "landing", tmp_path / "state"
+    landing.mkdir()
+    store = open_store(state)
+    streams = streams_at(landing)
+    members = ("cq1", "q6", "q4")  # orders only, lineitem only, both
+    static = str(tpch_dir / "static")
+    for q in members:
+        save_query(store, Saved(get_query(q), streams, static))
+    for u in units[:4]:
+        shutil.copytree(u, landing / u.name)
+    group = store.window("tpch_group", WINDOW)
+    landed = list_units(landing, streams)
+    group.claim(1, [u.name for u in landed[:2]], files_of(landed[:2], streams))
+    execute_batch(spark, batch_work(group, 1, members=members), backend="spark-submit")
+    far = time.time() + 3600
+    tail = make_batch(query="tpch_group", window_id=WINDOW, index=2, of=2, units=4, cumulative=6, last=True,
+                      expected_total=len(units), ready_ts=far, latest_start_ts=far, deadline_ts=far,
+                      landing=str(landing), state_dir=str(state), static=static,
+                      streams=tuple(s.to_dict() for s in streams), members=members, label="batch 2/2",
+                      member_deadlines=(far,) * 3, member_seconds=(0.1,) * 3)
+
+    ahead = work_ahead(spark, group, tail, static)
+    assert ahead is not None and list(ahead.parts) == list(members)
+    assert sorted(ahead.inspection.files) == sorted(files_of(landed[2:4], streams))
+    assert set(group.claims()) == {1}  # nothing claimed ahead
+    for u in units[4:]:  # the window's last units land after the work ahead
+        shutil.copytree(u, landing / u.name)
+    landed = list_units(landing, streams)
+    group.claim(2, [u.name for u in landed[2:]], files_of(landed[2:], streams))
+    out = execute_group_tail(spark, group, 2, members, static, backend="spark-submit", ahead=ahead)
+    ahead.release()
+    assert out["ahead"] == sorted(members)
+    for q in members:
+        ws = store.window(q, WINDOW)
+        assert sorted(out["members"][q]["units"]) == sorted(u.name for u in units)
+        assert_tpch_result(ws, q, units, tpch_dir)
+    again = execute_group_tail(spark, group, 2, members, static, backend="spark-submit")
+    assert again["ahead"] == []
+    for q in members:
+        assert again["members"][q]["units"] == out["members"][q]["units"] and again["members"][q]["revision"] == 1
+        assert_tpch_result(store.window(q, WINDOW), q, units, tpch_dir)
