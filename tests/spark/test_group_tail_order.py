@@ -54,8 +54,8 @@ def test_a_member_the_pace_makes_late_yields_to_one_still_in_time():
 
 
 def test_a_tail_reads_after_its_claim_only_the_files_not_read_ahead_and_all_again_if_the_claim_differs():
-    ahead = Ahead(Inspection([FileInfo("u3/orders.parquet", "orders", 10, 100),
-                              FileInfo("u3/lineitem.parquet", "lineitem", 40, 400)], [], {}), {})
+    ahead = Ahead([(Inspection([FileInfo("u3/orders.parquet", "orders", 10, 100)], [], {}), {}),
+                   (Inspection([FileInfo("u3/lineitem.parquet", "lineitem", 40, 400)], [], {}), {})])
     claim = {"files": ["u3/orders.parquet", "u3/lineitem.parquet", "u4/orders.parquet", "u4/lineitem.parquet"],
              "checked": {"u3/orders.parquet": 10}}
     assert ahead.rest(claim) == ["u4/orders.parquet", "u4/lineitem.parquet"]
