@@ -20,7 +20,7 @@ from airflow_iqp.hooks.state import IQPStateHook
 from airflow_iqp.query.store import Saved
 from airflow_iqp.window.config import QueryConfig, clock
 from airflow_iqp.window.accounting import late_entry, record_task_cpu
-from airflow_iqp.window.group import plan_group, work_ahead_seconds
+from airflow_iqp.window.group import plan_group
 from airflow_iqp.window.plan import format_window_plan, plan_window, register_on_cluster, store_plan, wait_for_cluster
 from airflow_iqp.window.readiness import split_tail
 
@@ -72,8 +72,6 @@ class BatchPlanOperator(BaseOperator):
         backend = expect(backend, Backend, "backend", typed_choices())
         self.fuse_tail = bool(backend.fuse_tail)
         self.tail_lead = backend.lead
-        # A group's tail left to the default lead starts earlier by its work ahead's time.
-        self.lead_for_work_ahead = backend.tail_lead is None
         # A catalogued query is named by its id; a user's query is the Query itself.
         self.query_def = query if isinstance(query, Query) else None
         self.query = query.id if isinstance(query, Query) else query
@@ -146,12 +144,7 @@ class BatchPlanOperator(BaseOperator):
         self.log.info("plan stored in %s: %d batches", path, len(wp.batches))
         if not self.fuse_tail:
             return [b.to_dict() for b in wp.batches]
-        lead = self.tail_lead
-        if self.lead_for_work_ahead and wp.batches:
-            from airflow_iqp.spark.batch import LANES
-
-            lead += work_ahead_seconds(wp.batches[-1], LANES)
-        mapped, tail = split_tail(wp.batches, lead)
+        mapped, tail = split_tail(wp.batches, self.tail_lead)
         if tail and tail.before:
             self.log.info("the final task starts at %s and runs batches %s too", clock(tail.start_ts),
                           [b.index for b in tail.before])

@@ -1,68 +1,27 @@
 """A group's fused tail after the window's end: its last batch, claimed once, read once,
 and each member's step on it merged with its partials into its result, two members at a
 time, earliest deadline first among those still in time (:func:`execute_group_tail`).
-:func:`airflow_iqp.spark.tail.run_tail` calls it once the last batch may claim, after
-:func:`work_ahead` has run the members' steps on the units that arrived during the tail's
-lead. No Airflow import here.
+:func:`airflow_iqp.spark.tail.run_tail` calls it once the last batch may claim. No Airflow
+import here.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 
-from airflow_iqp.filecheck import Inspection, files_to_read
-from airflow_iqp.landing import list_units
+from airflow_iqp.filecheck import files_to_read
 from airflow_iqp.planning.policies import edf_in_time
 from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.batch import in_lanes, read_shared
 from airflow_iqp.spark.merge import execute_final
 from airflow_iqp.spark.steps import partial_of
 from airflow_iqp.store import WindowState
-from airflow_iqp.streams import files_of
-from airflow_iqp.window.batch import Batch
-
-
-#: How many times a group tail's work ahead reads the units that arrived since it last
-#: looked (:func:`work_ahead`): each round's units are those that came during the one before.
-AHEAD_ROUNDS = 2
-
-
-@dataclass
-class Ahead:
-    """What a group's fused tail read and computed during its lead (:func:`work_ahead`):
-    the last batch's units that had arrived, read once per round (``reads``: (inspection,
-    tables), in order), and the steps of the members there was time for (``parts``: member
-    -> (the rounds its step covers, from the first, its partial over them, cached and computed))."""
-
-    reads: list = field(default_factory=list)
-    parts: dict = field(default_factory=dict)
-    cached: list = field(default_factory=list)  #: every step's partial, as it was cached
-
-    def rest(self, claim: dict) -> list[str] | None:
-        """The claim's files not read ahead; None if what was read ahead is not part of the
-        claim as it stands (a file another batch claimed, or one the claim quarantined or
-        counted other rows in): then nothing read ahead is used."""
-        files, checked = files_to_read(claim), claim.get("checked") or {}
-        mine = set(files)
-        infos = [i for inspection, _t in self.reads for i in inspection.infos]
-        for info in infos:
-            if info.path not in mine or (info.path in checked and info.rows is not None
-                                         and checked[info.path] != info.rows):
-                return None
-        ahead = {i.path for i in infos}
-        return [f for f in files if f not in ahead]
-
-    def release(self) -> None:
-        for df in (*self.cached, *(df for _i, t in self.reads for df in t.values())):
-            df.unpersist()
 
 
 def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tuple[str, ...],
                        static: str | dict | None, *, backend: str, history: bool = True,
                        before: tuple[int, ...] = (), kept: dict | None = None,
-                       written: dict | None = None, due: dict | None = None, scale: float = 1.0,
-                       ahead: Ahead | None = None) -> dict:
+                       written: dict | None = None, due: dict | None = None, scale: float = 1.0) -> dict:
     """A group's fused tail: its last batch, claimed once by the group, and every member's
     merge, in one Spark job. Each member first takes the group's claims as its own
     (:meth:`~airflow_iqp.store.WindowState.adopt_claim`), so that its merge checks every
@@ -86,9 +45,6 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     not wait for the steps of members due later. ``kept``: such batches' units as the shared
     batch left them cached in this session (its ``keep``), not read again. ``written``:
     member -> its partials as :func:`~airflow_iqp.spark.tail.read_written` read them ahead.
-    ``ahead``: :func:`work_ahead`'s; where the last batch's claim holds every file it read,
-    only the claim's other files are read now, and a member whose step on files read ahead
-    is done runs its step on the rest alone (its partials cover the claim once).
     The first member runs alone: the others start once its result is written. A retry claims
     nothing again and writes each result again from the same claims: no unit is counted
     twice. Returns ``{"members": {member: its result manifest}, "started": {member: when its
@@ -105,27 +61,14 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
                      and not windows[m].has_partial(b)) for m in members}
     read: dict = dict(kept or {})  # batch -> (inspection, {stream: DataFrame}), each read once
     started: dict = {}
-    rest = ahead.rest(claims.get(tail_batch) or {}) if ahead is not None else None
-    if ahead is not None and rest is None:
-        print("airflow-iqp final_job: the units read ahead are not all in the last batch's claim: read again",
-              flush=True)
-    early = ahead.parts if rest is not None else {}  # member -> (rounds, its step on their units)
-    fresh: list = []  # the last batch's units not read ahead, once read: [(inspection, tables)]
 
     def finish(m: str) -> dict:
         started[m] = time.time()
         tail, bad, rows_in = None, [], None
         if todo[m]:
             parts = [read[b] for b in todo[m]]
-            if m in early and tail_batch in todo[m]:  # its step on the rest, beside the one done ahead
-                rounds, step = early[m]
-                others = [read[b] for b in todo[m] if b != tail_batch] + ahead.reads[rounds:] + fresh
-                if others:
-                    step = step.unionByName(partial_of(spark, saved[m], _union_tables([t for _i, t in others]),
-                                                       static))
-            else:
-                step = partial_of(spark, saved[m], _union_tables([t for _i, t in parts]), static)
-            tail = (todo[m], step)
+            tables = _union_tables([t for _i, t in parts])
+            tail = (todo[m], partial_of(spark, saved[m], tables, static))
             bad = [q for i, _t in parts for q in i.quarantined]
             counts = [i.rows for i, _t in parts]
             rows_in = None if None in counts else sum(counts)
@@ -138,94 +81,17 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     try:
         for b in dict.fromkeys(b for batches in todo.values() for b in batches if b not in read):
             claim = claims[b]
-            if b == tail_batch and rest is not None:
-                if rest:
-                    fresh.append(read_shared(spark, group, saved, rest, claim.get("checked")))
-                read[b] = _with_ahead(ahead.reads, fresh)
-            else:
-                read[b] = read_shared(spark, group, saved, files_to_read(claim), claim.get("checked"))
+            read[b] = read_shared(spark, group, saved, files_to_read(claim), claim.get("checked"))
         # The first member runs alone: its deadline is the nearest to the window's end, and
         # a second member beside it slows it (the driver's work shares the cores).
         pace = _Pace(_with_steps(due or {}, windows), scale)
         out, _left = in_lanes(finish, list(members), pick=pace.next, first_alone=True,
                               on_done=lambda m, done: pace.done(m, done["written_at"] - started[m]))
     finally:
-        for _i, tables in [*read.values(), *fresh]:
+        for _i, tables in read.values():
             for df in tables.values():
                 df.unpersist()
-    return {"members": {m: out[m] for m in members}, "started": started,
-            "ahead": sorted(m for m in early if tail_batch in todo[m])}
-
-
-def work_ahead(spark, group: WindowState, tail: Batch, static: str | dict | None = None,
-               until: float | None = None) -> Ahead | None:
-    """During a group tail's lead: read the last batch's units that have arrived and are
-    not claimed, once, and run each member's step on them, earliest deadline first, two at
-    a time, while a member's expected seconds (:func:`_with_steps`, the plan's where none is
-    measured, times the plan's scale) end before ``until`` (default: the last batch's ready
-    time); each step's partial is cached and computed now. Then again, up to
-    :data:`AHEAD_ROUNDS` rounds, on the units that arrived meanwhile, for the members whose
-    steps cover every round so far. After the window's end the tail reads and steps on only
-    the units that came after (:meth:`Ahead.rest`); a member's step covers the rounds it
-    missed too, their units still cached. Nothing is claimed or written: a unit another
-    batch claims meanwhile makes the tail read again (:func:`execute_group_tail`). None when
-    no unit is waiting or no step fits; a failure is printed and ignored (the tail meets the
-    same error, if it is one)."""
-    until = tail.ready_ts if until is None else until
-    store = group.store
-    members = {m: load_query(m, store) for m in tail.members}
-    windows = {m: store.window(m, group.window_id) for m in tail.members}
-    due = tail.member_due()  # the plan's seconds where no step of the member's is measured in the window
-    seconds = {m: (s or due[m][1]) * tail.cost_scale for m, (_d, s) in _with_steps(due, windows).items()}
-    ahead, counts, seen = Ahead(), [], group.claimed_units()
-
-    def step(tables):
-        def run(m: str):
-            if time.time() + seconds.get(m, 0.0) >= until:
-                return None
-            df = partial_of(spark, members[m], tables, static).persist()
-            ahead.cached.append(df)
-            df.count()  # computed now, while the window is open
-            return df
-        return run
-
-    try:
-        for r in range(AHEAD_ROUNDS):
-            every = [m for m in members if ahead.parts.get(m, (0, None))[0] == r]
-            units = [u for u in list_units(tail.landing, tail.streams) if u.name not in seen]
-            if not every or not units or time.time() >= until:
-                break
-            seen |= {u.name for u in units}
-            inspection, tables = read_shared(spark, group, members, files_of(units, tail.streams), None)
-            ahead.reads.append((inspection, tables))
-            counts.append(len(units))
-            done, _left = in_lanes(step(tables), every, stop=lambda: time.time() >= until)
-            for m in every:
-                if done.get(m) is not None:
-                    ahead.parts[m] = (r + 1, done[m] if r == 0 else ahead.parts[m][1].unionByName(done[m]))
-    except Exception as exc:  # noqa: BLE001 - work ahead only saves time after the window's end
-        print(f"airflow-iqp final_job: {tail.label}: working ahead failed, ignored: {type(exc).__name__}: {exc}",
-              flush=True)
-        ahead.release()
-        return None
-    if not ahead.parts:
-        ahead.release()
-        return None
-    by_round = [[m for m, (k, _df) in ahead.parts.items() if k > r] for r in range(len(counts))]
-    print(f"airflow-iqp final_job: {tail.label}: worked ahead: "
-          + "; ".join(f"{n} units, the steps of {', '.join(ms) or 'none'}" for n, ms in zip(counts, by_round)),
-          flush=True)
-    return ahead
-
-
-def _with_ahead(reads: list, fresh: list) -> tuple:
-    """The last batch's read: its units read ahead, round by round, and those read after
-    the claim (``fresh``), whose check is the one that quarantines."""
-    both = [*reads, *fresh]
-    inspection = Inspection([i for ins, _t in both for i in ins.infos],
-                            [q for ins, _t in fresh for q in ins.quarantined],
-                            {k: v for ins, _t in both for k, v in ins.columns.items()})
-    return inspection, _union_tables([t for _i, t in both])
+    return {"members": {m: out[m] for m in members}, "started": started}
 
 
 def _with_steps(due: dict, windows: dict) -> dict:

@@ -25,7 +25,7 @@ from airflow_iqp.coordination import cluster_turn
 from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units, unit_of
 from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.batch import batch_work, execute_batch
-from airflow_iqp.spark.group_tail import execute_group_tail, work_ahead
+from airflow_iqp.spark.group_tail import execute_group_tail
 from airflow_iqp.spark.merge import execute_final, merge_rows_estimate
 from airflow_iqp.spark.steps import parquet_writer, run_batch, run_final
 from airflow_iqp.store import WindowState
@@ -153,7 +153,6 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
     if tail.members:
         windows = {m: ws.store.window(m, ws.window_id) for m in tail.members}
         written: dict = {}
-        ahead = None
 
         def read_again(seconds: float) -> None:  # while it waits: each member's partials, when they change
             t0 = time.time()
@@ -165,9 +164,6 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
         try:
             for m, w in windows.items():
                 written[m] = read_written(spark, w, until=room_until(tail))
-            # The members' steps on the units that have arrived, while the window is open.
-            with cluster_turn(tail, slots, planned=tail.remaining_cost, until=tail.ready_ts) as got:
-                ahead = work_ahead(spark, ws, tail, tail.static or None) if got else None
             first = tail.members[0]  # the earliest due, which runs alone: its plan is the one to warm
             rehearse_tail(spark, windows[first], tail, slots, written[first])
             claim = wait_and_claim(tail, sleep=read_again)
@@ -175,13 +171,10 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
             with cluster_turn(tail, slots, planned=tail.remaining_cost):
                 return execute_group_tail(spark, ws, tail.index, tail.members, tail.static or None, backend=backend,
                                           history=history, before=tuple(e.index for e in tail.before), kept=kept,
-                                          written=written, due=tail.member_due(), scale=tail.cost_scale,
-                                          ahead=ahead)
+                                          written=written, due=tail.member_due(), scale=tail.cost_scale)
         finally:
             for state in written.values():
                 release(state)
-            if ahead is not None:
-                ahead.release()
     ahead = [None]
     try:
         ahead[0] = read_written(spark, ws, until=room_until(tail))

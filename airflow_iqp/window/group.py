@@ -99,15 +99,6 @@ def tail_deadline(by_member: dict, offsets: dict, units: int, partials: int, sha
     return min(offsets[m] + sum(step[n] for n in order[i + 1:]) for i, m in enumerate(order))
 
 
-def work_ahead_seconds(tail: Batch, lanes: int) -> float:
-    """How long a group's fused tail is expected to work ahead during its lead
-    (:func:`airflow_iqp.spark.group_tail.work_ahead`): its members' planned seconds at the
-    plan's scale, ``lanes`` at a time; 0 for a tail that is not a group's. A tail left to
-    the backend's default lead starts this much earlier, so that every member's step has
-    run on most of the last batch's units by the window's end."""
-    return sum(tail.member_seconds) * tail.cost_scale / lanes if tail.members else 0.0
-
-
 def member_steps(by_member: dict, units: int, partials: int, share: float) -> dict[str, float]:
     """What each member does in a fused tail, unscaled: its step on the last batch's
     ``units`` with ``share`` of its start-up, and its merge of ``partials`` partials."""

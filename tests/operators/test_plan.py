@@ -29,8 +29,7 @@ def planner(tmp_path, **kwargs) -> BatchPlanOperator:
     kwargs.setdefault("deadline_offset", dt.timedelta(seconds=100))
     kwargs.setdefault("arrival", Arrival(units=240, rate=1.0))
     kwargs.setdefault("cut", Algorithm1(**COSTS))
-    kwargs.setdefault("query", "cq2")
-    return BatchPlanOperator(task_id="plan", landing=str(tmp_path / "landing"),
+    return BatchPlanOperator(task_id="plan", query="cq2", landing=str(tmp_path / "landing"),
                              streams=TPCH_STREAMS, per_window=True, state_dir=str(tmp_path / "state"), **kwargs)
 
 
@@ -64,25 +63,6 @@ def test_a_fused_tail_is_not_mapped_and_starts_the_backend_s_lead_before_the_end
         assert tail.last and tail.start_ts == tail.ready_ts - lead
         assert [Batch.from_dict(e).index for e in entries] + [b.index for b in tail.before] + [tail.index] == list(
             range(1, tail.of + 1))
-
-
-def test_a_group_s_tail_left_to_the_default_lead_starts_earlier_by_its_work_ahead(tmp_path):
-    from airflow_iqp.query.catalogue import get_query
-    from airflow_iqp.spark.batch import LANES
-    from airflow_iqp.window.group import work_ahead_seconds
-
-    members = {q: get_query(q) for q in ("cq1", "cq2")}
-    deadlines = {"cq1": dt.timedelta(seconds=100), "cq2": dt.timedelta(seconds=150)}
-    for backend, lead in ((SparkConnect(fuse_tail=True), None), (SparkConnect(fuse_tail=True, tail_lead=3), 3.0)):
-        ti = TI("plan")
-        planner(tmp_path / str(lead), query="grp", members=members, deadlines=deadlines, backend=backend,
-                cut=Algorithm1()).execute(context(ti, end=START + WINDOW))
-        tail = Batch.from_dict(ti.xcom["tail"])
-        assert tail.members == ("cq1", "cq2") and len(tail.member_seconds) == 2
-        ahead = work_ahead_seconds(tail, LANES)
-        assert ahead == pytest.approx(sum(tail.member_seconds) * tail.cost_scale / LANES) and ahead > 0
-        # The default lead grows by the members' steps ahead; a lead given is kept as given.
-        assert tail.start_ts == pytest.approx(tail.ready_ts - (lead if lead is not None else 8.0 + ahead))
 
 
 def test_a_deadline_that_cannot_be_met_is_reported_and_the_best_plan_still_runs(tmp_path):

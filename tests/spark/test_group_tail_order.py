@@ -1,14 +1,12 @@
 """The order a group's fused tail starts its members in: each member's seconds and the
-pace of those done; and which of the last batch's files it reads after the claim when it
-read some ahead (airflow_iqp.spark.group_tail; no Spark job)."""
+pace of those done (airflow_iqp.spark.group_tail; no Spark job)."""
 
 import os
 import time
 
 import pytest
 
-from airflow_iqp.filecheck import FileInfo, Inspection
-from airflow_iqp.spark.group_tail import Ahead, _Pace, _with_steps
+from airflow_iqp.spark.group_tail import _Pace, _with_steps
 from airflow_iqp.store import open_store
 
 
@@ -51,19 +49,3 @@ def test_a_member_the_pace_makes_late_yields_to_one_still_in_time():
     assert pace.next(["a", "b"]) == "a"  # 1.2 s of 1.5 s left
     pace.done("b", 4.0)  # twice as long as planned
     assert pace.next(["a", "b"]) == "b"  # a: 2 s of 1.5 s left
-
-
-def test_a_tail_reads_after_its_claim_only_the_files_not_read_ahead_and_all_again_if_the_claim_differs():
-    ahead = Ahead([(Inspection([FileInfo("u3/orders.parquet", "orders", 10, 100)], [], {}), {}),
-                   (Inspection([FileInfo("u3/lineitem.parquet", "lineitem", 40, 400)], [], {}), {})])
-    claim = {"files": ["u3/orders.parquet", "u3/lineitem.parquet", "u4/orders.parquet", "u4/lineitem.parquet"],
-             "checked": {"u3/orders.parquet": 10}}
-    assert ahead.rest(claim) == ["u4/orders.parquet", "u4/lineitem.parquet"]
-    assert ahead.rest({**claim, "files": claim["files"][:2]}) == []  # nothing came after
-    # A unit read ahead that this claim does not hold (another batch took it), or holds
-    # with other rows than were read, or quarantined: nothing read ahead is used.
-    assert ahead.rest({**claim, "files": claim["files"][2:]}) is None
-    assert ahead.rest({**claim, "checked": {"u3/orders.parquet": 11}}) is None
-    quarantined = {**claim, "quarantined": [{"unit": "u3", "file": "u3/lineitem.parquet",
-                                             "files": ["u3/orders.parquet", "u3/lineitem.parquet"]}]}
-    assert ahead.rest(quarantined) is None
