@@ -81,7 +81,7 @@ LANES = 2
 
 
 def in_lanes(step, members: list[str], *, stop=None, pick=None, first_alone: bool = False,
-             on_done=None) -> tuple[dict, list[str]]:
+             on_done=None, lanes: int = LANES) -> tuple[dict, list[str]]:
     """``step(member)`` for each of ``members``, at most :data:`LANES` at once:
     ``({member: its step's return}, [the members handed over])``. Each time a lane frees,
     ``stop()`` (if given) is asked first: once it is true, the members not started are
@@ -90,16 +90,16 @@ def in_lanes(step, members: list[str], *, stop=None, pick=None, first_alone: boo
     ``on_done(member, its return)`` runs as each is done. A step that fails raises once the
     steps already started are done, and no other starts."""
     out, queue, left = {}, list(members), []
-    with ThreadPoolExecutor(max_workers=LANES, thread_name_prefix="iqp-lane") as lanes:
+    with ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="iqp-lane") as pool:
         running: dict = {}
         while queue or running:
-            while queue and len(running) < (1 if first_alone and not out else LANES):
+            while queue and len(running) < (1 if first_alone and not out else lanes):
                 if stop is not None and stop():
                     left, queue = queue, []
                     break
                 m = pick(queue) if pick is not None else queue[0]
                 queue.remove(m)
-                running[lanes.submit(step, m)] = m
+                running[pool.submit(step, m)] = m
             for future in wait(running, return_when=FIRST_COMPLETED).done if running else ():
                 m = running.pop(future)
                 out[m] = future.result()

@@ -18,6 +18,10 @@ from airflow_iqp.spark.steps import partial_of
 from airflow_iqp.store import WindowState
 
 
+#: How many members a group's fused tail runs at once.
+TAIL_LANES = 1
+
+
 def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tuple[str, ...],
                        static: str | dict | None, *, backend: str, history: bool = True,
                        before: tuple[int, ...] = (), kept: dict | None = None,
@@ -85,7 +89,7 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
         # The first member runs alone: its deadline is the nearest to the window's end, and
         # a second member beside it slows it (the driver's work shares the cores).
         pace = _Pace(_with_steps(due or {}, windows), scale)
-        out, _left = in_lanes(finish, list(members), pick=pace.next, first_alone=True,
+        out, _left = in_lanes(finish, list(members), pick=pace.next, first_alone=True, lanes=TAIL_LANES,
                               on_done=lambda m, done: pace.done(m, done["written_at"] - started[m]))
     finally:
         for _i, tables in read.values():
