@@ -71,8 +71,8 @@ def _pause_hook(tmp) -> None:
         time.sleep(seconds)
 
 
-#: How many members' steps a group's job runs at once on its session: its shared batches'
-#: and its fused tail's (:func:`airflow_iqp.spark.group_tail.execute_group_tail`). Part of
+#: How many members' steps a group's shared batch runs at once on its session (its fused
+#: tail runs one at a time: :data:`airflow_iqp.spark.group_tail.TAIL_LANES`). Part of
 #: a member's step on a batch of a few units is the driver's work (analysis, scheduling,
 #: the partial's or result's commit) on one core, which one member after another leaves
 #: the other core of a small cluster idle through. Two CPU-heavy members side by side
@@ -80,20 +80,19 @@ def _pause_hook(tmp) -> None:
 LANES = 2
 
 
-def in_lanes(step, members: list[str], *, stop=None, pick=None, first_alone: bool = False,
-             on_done=None, lanes: int = LANES) -> tuple[dict, list[str]]:
-    """``step(member)`` for each of ``members``, at most :data:`LANES` at once:
+def in_lanes(step, members: list[str], *, stop=None, pick=None, on_done=None,
+             lanes: int = LANES) -> tuple[dict, list[str]]:
+    """``step(member)`` for each of ``members``, at most ``lanes`` at once:
     ``({member: its step's return}, [the members handed over])``. Each time a lane frees,
     ``stop()`` (if given) is asked first: once it is true, the members not started are
     handed over and do not start; then ``pick(waiting)`` names the member to start (the
-    first waiting without it). With ``first_alone`` the others start once the first is done.
-    ``on_done(member, its return)`` runs as each is done. A step that fails raises once the
-    steps already started are done, and no other starts."""
+    first waiting without it). ``on_done(member, its return)`` runs as each is done. A step
+    that fails raises once the steps already started are done, and no other starts."""
     out, queue, left = {}, list(members), []
     with ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="iqp-lane") as pool:
         running: dict = {}
         while queue or running:
-            while queue and len(running) < (1 if first_alone and not out else lanes):
+            while queue and len(running) < lanes:
                 if stop is not None and stop():
                     left, queue = queue, []
                     break

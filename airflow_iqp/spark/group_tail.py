@@ -1,5 +1,5 @@
 """A group's fused tail after the window's end: its last batch, claimed once, read once,
-and each member's step on it merged with its partials into its result, two members at a
+and each member's step on it merged with its partials into its result, one member at a
 time, earliest deadline first among those still in time (:func:`execute_group_tail`).
 :func:`airflow_iqp.spark.tail.run_tail` calls it once the last batch may claim. No Airflow
 import here.
@@ -18,7 +18,9 @@ from airflow_iqp.spark.steps import partial_of
 from airflow_iqp.store import WindowState
 
 
-#: How many members a group's fused tail runs at once.
+#: How many members a group's fused tail runs at once: one. Each member's result is due at
+#: its own deadline, and a second member beside it on the session shares the cores and
+#: delays it; the shared batches before the window's end run :data:`LANES` at once.
 TAIL_LANES = 1
 
 
@@ -32,9 +34,8 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     claimed unit against its partials. The batch's units are read once; then each member's
     step on them is merged with its written partials into its result, as
     :func:`~airflow_iqp.spark.tail.execute_tail` does for one query, and no member's partial
-    of the last batch is written. The members start earliest deadline first, at most
-    :data:`~airflow_iqp.spark.batch.LANES` at once on the session
-    (:func:`~airflow_iqp.spark.batch.in_lanes`). With ``due`` (member -> its deadline and
+    of the last batch is written. The members run earliest deadline first, one at a time
+    (:data:`TAIL_LANES`, :func:`~airflow_iqp.spark.batch.in_lanes`). With ``due`` (member -> its deadline and
     planned seconds, the tail entry's :meth:`~airflow_iqp.window.batch.Batch.member_due`), a
     member that can no longer meet its deadline yields to those that can
     (:func:`~airflow_iqp.planning.policies.edf_in_time`): run first, it would make the
@@ -49,7 +50,7 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     not wait for the steps of members due later. ``kept``: such batches' units as the shared
     batch left them cached in this session (its ``keep``), not read again. ``written``:
     member -> its partials as :func:`~airflow_iqp.spark.tail.read_written` read them ahead.
-    The first member runs alone: the others start once its result is written. A retry claims
+    A retry claims
     nothing again and writes each result again from the same claims: no unit is counted
     twice. Returns ``{"members": {member: its result manifest}, "started": {member: when its
     work started}}``; a member that fails fails the tail once the members already started
@@ -86,10 +87,8 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
         for b in dict.fromkeys(b for batches in todo.values() for b in batches if b not in read):
             claim = claims[b]
             read[b] = read_shared(spark, group, saved, files_to_read(claim), claim.get("checked"))
-        # The first member runs alone: its deadline is the nearest to the window's end, and
-        # a second member beside it slows it (the driver's work shares the cores).
         pace = _Pace(_with_steps(due or {}, windows), scale)
-        out, _left = in_lanes(finish, list(members), pick=pace.next, first_alone=True, lanes=TAIL_LANES,
+        out, _left = in_lanes(finish, list(members), pick=pace.next, lanes=TAIL_LANES,
                               on_done=lambda m, done: pace.done(m, done["written_at"] - started[m]))
     finally:
         for _i, tables in read.values():

@@ -13,7 +13,7 @@ A group's tail (a tail whose entry names ``members``) runs the group's batches r
 after it started as shared batches, folds each member's written partials ahead, then
 claims the last batch once, reads its units once, and runs each member's step on them
 merged with its partials into its result, started earliest deadline first among those
-still in time, two at a time (:func:`~airflow_iqp.spark.group_tail.execute_group_tail`):
+still in time, one at a time (:func:`~airflow_iqp.spark.group_tail.execute_group_tail`):
 one job, one start-up, every member's result. No Airflow import here.
 """
 
@@ -164,7 +164,7 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
         try:
             for m, w in windows.items():
                 written[m] = read_written(spark, w, until=room_until(tail))
-            first = tail.members[0]  # the earliest due, which runs alone: its plan is the one to warm
+            first = tail.members[0]  # the earliest due, which runs first: its plan is the one to warm
             rehearse_tail(spark, windows[first], tail, slots, written[first])
             claim = wait_and_claim(tail, sleep=read_again)
             print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)

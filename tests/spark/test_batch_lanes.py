@@ -58,15 +58,16 @@ def test_stop_hands_over_the_members_not_started_and_they_never_run():
     assert set(steps.started) == {"a", "b"}
 
 
-def test_first_alone_and_pick_choose_who_starts_and_on_done_sees_each_result():
+def test_one_lane_and_pick_choose_who_starts_and_on_done_sees_each_result():
     members = ["late", "early", "mid"]
     steps = _Steps({"late": 0.05, "early": 0.1, "mid": 0.05})
     due = {"early": 1, "mid": 2, "late": 3}
     done = []
-    out, _left = in_lanes(steps, members, pick=lambda waiting: min(waiting, key=due.get), first_alone=True,
+    out, _left = in_lanes(steps, members, pick=lambda waiting: min(waiting, key=due.get), lanes=1,
                           on_done=lambda m, r: done.append((m, r)))
     assert sorted(members, key=steps.started.get) == ["early", "mid", "late"]
-    assert min(steps.started["mid"], steps.started["late"]) >= steps.ended["early"]  # the first ran alone
+    # One at a time: each started once the one before it was done.
+    assert steps.started["mid"] >= steps.ended["early"] and steps.started["late"] >= steps.ended["mid"]
     assert sorted(done) == sorted(out.items()) and len(done) == 3
 
 

@@ -41,19 +41,16 @@ def assert_tpch_result(ws, q: str, units, tpch_dir) -> None:
     assert_same_rows([tuple(r.values()) for r in got.to_pylist()], ref, get_query(q).ordered, q)
 
 
-def assert_started_in_lanes(out: dict, members: tuple[str, ...]) -> None:
-    """A group tail's members started in the order given, earliest deadline first: the
-    first alone (every other started after its result was written), then at most
-    ``LANES`` at once, each after the earlier members had written all but
-    ``LANES - 1`` of their results."""
-    from airflow_iqp.spark.batch import LANES
+def assert_started_one_at_a_time(out: dict, members: tuple[str, ...]) -> None:
+    """A group tail's members started in the order given, earliest deadline first, one at a
+    time (``TAIL_LANES``): each after the one before it had written its result."""
+    from airflow_iqp.spark.group_tail import TAIL_LANES
 
+    assert TAIL_LANES == 1
     started = [out["started"][q] for q in members]
     assert started == sorted(started)
-    assert all(t >= out["members"][members[0]]["written_at"] for t in started[1:]), (started, members)
-    for i, q in enumerate(members[LANES:], start=LANES):
-        done = sorted(out["members"][p]["written_at"] for p in members[:i])
-        assert out["started"][q] >= done[i - LANES], (q, started, done)
+    for before, q in zip(members, members[1:]):
+        assert out["started"][q] >= out["members"][before]["written_at"], (q, before, started)
 
 
 def test_each_query_of_a_group_gets_its_own_partials_and_result_from_one_read(spark, events_dir, tmp_path):
@@ -163,7 +160,7 @@ def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merg
     assert list(out["members"]) == list(members)
     claims = group.claims()
     assert sum(len(c["units"]) for c in claims.values()) == len(units) and set(claims) == {1, 2, 3}
-    assert_started_in_lanes(out, members)
+    assert_started_one_at_a_time(out, members)
     for q in members:
         ws = store.window(q, WINDOW)
         assert ws.claims() == claims and ws.has_partial(2) and not ws.has_partial(3)
@@ -171,7 +168,7 @@ def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merg
         assert sorted(out["members"][q]["units"]) == sorted(u.name for u in units)
         assert_tpch_result(ws, q, units, tpch_dir)
     # A retry: the same claims, the same results. cq1's deadline has passed by then: it
-    # yields to the members still in time, and q6 runs first, alone.
+    # yields to the members still in time, and q6 runs first.
     past = tail.with_(member_deadlines=(time.time() - 1.0, far, far), member_seconds=(0.1, 0.1, 0.1))
     again = run_tail(spark, group, past, backend="spark-submit")
     assert group.claims() == claims
@@ -215,7 +212,7 @@ def test_a_shared_batch_hands_the_members_due_later_over_to_the_group_s_tail(spa
     assert [store.window(q, WINDOW).has_partial(2) for q in members] == [True, False, False]
     assert [r["units"] for r in store.cost_history("tpch_group", "batch")] == [2]  # batch 1's only
     out = execute_group_tail(spark, group, 3, members, None, backend="spark-submit", before=(2,), kept=kept)
-    assert_started_in_lanes(out, members)
+    assert_started_one_at_a_time(out, members)
     for q in members:
         ws = store.window(q, WINDOW)
         assert not ws.has_partial(3) and ws.has_partial(2) == (q == "cq1")
