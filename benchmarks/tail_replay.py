@@ -9,13 +9,13 @@ removes. Two ways, each for ``--rounds`` rounds:
 
 - ``whole``: the step on every unit of the last batch's claim, then the merge;
 - ``ahead``: the step on all but the claim's last ``--after`` units done first, cached and
-  not timed (as ``work_ahead`` does during the tail's lead), then the step on those last
-  units and the merge.
+  not timed (what a tail that stepped on the arrived units during its lead would leave),
+  then the step on those last units and the merge.
 
 Each cell gives the first round and the median of the others: the first run of a plan's
-shape in the server pays its code generation. Against a benchmark run's tail, where two
-queries run at once beside Airflow's processes, the difference is what sharing the cores
-costs.
+shape in the server pays its code generation. Against a benchmark run's tail, which runs
+in the server after a window of batches and beside Airflow's processes, the difference is
+what that setting costs.
 
 Writes ``benchmarks/results/tail_replay.json`` and ``benchmarks/results/tail_replay.md``.
 
@@ -134,7 +134,7 @@ def main() -> None:
             "state": str(Path(args.state).relative_to(ROOT)) if Path(args.state).is_relative_to(ROOT) else args.state,
             "window": window, "rounds": args.rounds, "after": args.after}
     (RESULTS / f"{args.name}.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    lines = [f"# A group tail's queries after the window's end, one at a time on an idle Connect server",
+    lines = ["# A group tail's queries after the window's end, one at a time on an idle Connect server",
              "", f"{meta['date']}, commit {commit}, {meta['machine']}; the last batch of window {window} of "
              f"`{meta['state']}`; {args.rounds} rounds each, the first and the median of the rest (s).", "",
              "| query | units | whole: first | whole: median | ahead of the last "

@@ -35,9 +35,10 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     step on them is merged with its written partials into its result, as
     :func:`~airflow_iqp.spark.tail.execute_tail` does for one query, and no member's partial
     of the last batch is written. The members run earliest deadline first, one at a time
-    (:data:`TAIL_LANES`, :func:`~airflow_iqp.spark.batch.in_lanes`). With ``due`` (member -> its deadline and
-    planned seconds, the tail entry's :meth:`~airflow_iqp.window.batch.Batch.member_due`), a
-    member that can no longer meet its deadline yields to those that can
+    (:data:`TAIL_LANES`, :func:`~airflow_iqp.spark.batch.in_lanes`). With ``due`` (member
+    -> its deadline and planned seconds, the tail entry's
+    :meth:`~airflow_iqp.window.batch.Batch.member_due`), a member that can no longer meet
+    its deadline yields to those that can
     (:func:`~airflow_iqp.planning.policies.edf_in_time`): run first, it would make the
     members after it late too. Its seconds are what its step took in the window's latest
     shared batch, or the plan's if less, and 0 without such a step (:func:`_with_steps`), at
@@ -50,9 +51,8 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     not wait for the steps of members due later. ``kept``: such batches' units as the shared
     batch left them cached in this session (its ``keep``), not read again. ``written``:
     member -> its partials as :func:`~airflow_iqp.spark.tail.read_written` read them ahead.
-    A retry claims
-    nothing again and writes each result again from the same claims: no unit is counted
-    twice. Returns ``{"members": {member: its result manifest}, "started": {member: when its
+    A retry claims nothing again and writes each result again from the same claims: no
+    unit is counted twice. Returns ``{"members": {member: its result manifest}, "started": {member: when its
     work started}}``; a member that fails fails the tail once the members already started
     are done, and the members not started yet do not start."""
     store = group.store
