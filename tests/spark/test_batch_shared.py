@@ -152,7 +152,9 @@ def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merg
     group = store.window("tpch_group", WINDOW)
     execute_batch(spark, batch_work(group, 1, members=members), backend="spark-submit")
 
-    tail = tail.with_(ready_ts=time.time() + 6.0, remaining_cost=0.3)  # room to rehearse after batch 2
+    # The last batch may claim 12 s from now; the rehearsal needs batch 2 and the reads of
+    # the members' partials to be over 0.9 s before that, with room for a slow machine.
+    tail = tail.with_(ready_ts=time.time() + 12.0, remaining_cost=0.3)
     lander = land_later(units[3:], landing)
     out = run_tail(spark, group, tail, backend="spark-submit")
     lander.join()
