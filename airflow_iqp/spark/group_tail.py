@@ -79,14 +79,16 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
             rows_in = None if None in counts else sum(counts)
         out = execute_final(spark, windows[m], backend=backend, history=history, tail=tail, quarantined=bad,
                             tail_rows_in=rows_in, written=(written or {}).get(m))
-        print(f"airflow-iqp final_job: {m}: wrote {out['result']}"
+        print(f"airflow-iqp final_job: {m}: wrote {out['result']} in {time.time() - started[m]:.2f} s"
               + (f" (its step on batches {list(todo[m])})" if len(todo[m]) > 1 else ""), flush=True)
         return out
 
     try:
         for b in dict.fromkeys(b for batches in todo.values() for b in batches if b not in read):
-            claim = claims[b]
+            claim, t0 = claims[b], time.time()
             read[b] = read_shared(spark, group, saved, files_to_read(claim), claim.get("checked"))
+            print(f"airflow-iqp final_job: batch {b}: checked its files and planned their read in "
+                  f"{time.time() - t0:.2f} s", flush=True)
         pace = _Pace(_with_steps(due or {}, windows), scale)
         out, _left = in_lanes(finish, list(members), pick=pace.next, lanes=TAIL_LANES,
                               on_done=lambda m, done: pace.done(m, done["written_at"] - started[m]))
