@@ -2,9 +2,10 @@
 
 A fused tail's final task starts before the window's end and opens its session
 (:func:`run_tail`): it runs the batches that become ready after it started, rehearses its
-last step while there is time (:func:`rehearse_tail`), folds the written partials into one
-state as they come (:func:`read_written`), then claims the last batch's units and runs that
-batch and the merge with that state as one job (:func:`execute_tail`).
+last step while there is time (:func:`rehearse_tail`; a group's tail,
+:func:`rehearse_group_tail`), folds the written partials into one state as they come
+(:func:`read_written`), then claims the last batch's units and runs that batch and the
+merge with that state as one job (:func:`execute_tail`).
 ``final_job.py --tail`` runs it under spark-submit; the Spark Connect backend runs it in
 the task. The claims are made here, in the driver, through the store: that is what saves
 a task's and a JVM's start after the window's end.
@@ -24,10 +25,10 @@ import time
 from airflow_iqp.coordination import cluster_turn
 from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units, unit_of
 from airflow_iqp.query.store import load_query
-from airflow_iqp.spark.batch import batch_work, execute_batch
+from airflow_iqp.spark.batch import batch_work, execute_batch, read_shared
 from airflow_iqp.spark.group_tail import execute_group_tail
 from airflow_iqp.spark.merge import execute_final, merge_rows_estimate
-from airflow_iqp.spark.steps import parquet_writer, run_batch, run_final
+from airflow_iqp.spark.steps import parquet_writer, partial_of, run_batch, run_final
 from airflow_iqp.store import WindowState
 from airflow_iqp.streams import stream_of
 from airflow_iqp.window.batch import Batch
@@ -131,8 +132,9 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
     started (``tail.before``), in order: wait until it may start, as its sensor would,
     claim, take a turn on the cluster, write its partial; or, once the last batch may claim,
     leave its units to it (``fold_into_tail``). Then the last batch: rehearse it while there
-    is time (:func:`rehearse_tail`; a group's, its first member's step), wait, folding the
-    written partials as they come (:func:`read_written`), claim, take a turn and run it with
+    is time (:func:`rehearse_tail`; a group's, each member's part: :func:`rehearse_group_tail`),
+    wait, folding the written partials as they come (:func:`read_written`), claim, take a
+    turn and run it with
     the merge (:func:`execute_tail`). Turns: ``slots`` batches of the store at once, earliest
     deadline first; with a gate the turn is its, and the last batch's ``turn_ts``
     (``ahead``) does not hold it back as well. A retry re-reads every claim and skips a
@@ -164,8 +166,7 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
         try:
             for m, w in windows.items():
                 written[m] = read_written(spark, w, until=room_until(tail))
-            first = tail.members[0]  # the earliest due, which runs first: its plan is the one to warm
-            rehearse_tail(spark, windows[first], tail, slots, written[first])
+            rehearse_group_tail(spark, ws, tail, slots, windows, written)
             claim = wait_and_claim(tail, sleep=read_again)
             print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
             with cluster_turn(tail, slots, planned=tail.remaining_cost):
@@ -208,6 +209,64 @@ REHEARSALS = 3
 def room_until(tail: Batch) -> float:
     """Until when a fused tail has room for a job before its last batch (:data:`REHEARSAL_ROOM`)."""
     return tail.ready_ts - REHEARSAL_ROOM * tail.remaining_cost / tail.cost_scale
+
+
+def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, windows: dict, written: dict) -> dict:
+    """Run each member's part of a group's fused tail before the window's end, earliest
+    deadline first, on the units the group claimed last (as many as the last batch plans,
+    read once and cached as the tail reads them) merged with its ``written`` partials, and
+    throw the results away; while one more, as long as the longest so far, ends in time.
+
+    After the window's end each member's plan is then one the session has run: Spark's
+    generated code for it is compiled and cached, and the JVM has compiled its hot paths.
+    Run first after a window of shared batches, those plans (a step on cached streams,
+    merged with a folded state) are new, and compiling them takes as much CPU as running
+    them; the tail after the window's end would pay it for every member. Skipped, like
+    :func:`rehearse_tail`, when nothing is claimed yet or the window's end is near; nothing
+    is recorded, and a failure is printed and ignored. Returns member -> seconds of those
+    rehearsed."""
+    until = room_until(tail)
+    claims = [c for _b, c in sorted(group.claims().items()) if kept_units(c)]
+    if not claims or time.time() >= until:
+        return {}
+    saved = {m: load_query(m, group.store) for m in tail.members}
+    streams = tuple({s.name: s for sv in saved.values() for s in sv.streams}.values())
+    units: list[str] = []  # the latest claimed units, as many as the last batch plans
+    for claim in reversed(claims):
+        units = kept_units(claim) + units
+        if len(units) >= (tail.units or 1):
+            break
+    chosen = set(units[-(tail.units or 1):])
+    files = [f for c in claims for f in files_to_read(c) if unit_of(f, stream_of(f, streams)) in chosen]
+    runs: dict[str, float] = {}
+    read, current = None, None
+    try:
+        with cluster_turn(tail, slots, planned=tail.remaining_cost, until=until) as got:
+            if not got:
+                return {}
+            read = read_shared(spark, group, saved, files, None)
+            for current in tail.members:
+                if time.time() + max(runs.values(), default=0.0) >= until:
+                    break
+                t0, w = time.perf_counter(), written.get(current)
+                df = run_final(spark, saved[current], w["df"] if w else [],
+                               also=partial_of(spark, saved[current], read[1], tail.static or None))
+                rows = merge_rows_estimate(windows[current], list(w["dirs"]) if w else [], read[0].rows, tail=True)
+                windows[current].write_scratch("rehearsal", parquet_writer(df, rows))
+                windows[current].remove_scratch("rehearsal")
+                runs[current] = time.perf_counter() - t0
+    except Exception as exc:  # noqa: BLE001 - a rehearsal only warms the session; the tail reports errors
+        print(f"airflow-iqp final_job: {tail.label}: rehearsal failed, ignored: {type(exc).__name__}: {exc}",
+              flush=True)
+        if current is not None:
+            windows[current].remove_scratch("rehearsal")
+    finally:
+        for df in (read[1].values() if read else ()):
+            df.unpersist()
+    if runs:
+        print(f"airflow-iqp final_job: {tail.label}: rehearsed on {len(chosen)} units: "
+              + ", ".join(f"{m} {s:.2f} s" for m, s in runs.items()), flush=True)
+    return runs
 
 
 def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0,

@@ -115,7 +115,7 @@ def test_members_reading_different_streams_of_a_unit_each_see_their_own(spark, t
 def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merge_in_one_job(
         spark, tpch_dir, units, tmp_path, capsys):
     """``run_tail`` with a group's entry: batch 2, ready after the tail started, runs as a
-    shared batch; the first member's last step is rehearsed while there is time; the last
+    shared batch; each member's part is rehearsed while there is time; the last
     batch is claimed once by the group when the window's last units land, read once, and
     merged into each member's result, earliest deadline first; no member's partial of it
     is written. A retry writes the same results from the same claims, a member past its
@@ -152,13 +152,15 @@ def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merg
     group = store.window("tpch_group", WINDOW)
     execute_batch(spark, batch_work(group, 1, members=members), backend="spark-submit")
 
-    # The last batch may claim 12 s from now; the rehearsal needs batch 2 and the reads of
-    # the members' partials to be over 0.9 s before that, with room for a slow machine.
-    tail = tail.with_(ready_ts=time.time() + 12.0, remaining_cost=0.3)
+    # The last batch may claim 16 s from now: room, even on a slow machine, for batch 2, the
+    # reads of the members' partials and three rehearsals, all over 0.9 s before that.
+    tail = tail.with_(ready_ts=time.time() + 16.0, remaining_cost=0.3)
     lander = land_later(units[3:], landing)
     out = run_tail(spark, group, tail, backend="spark-submit")
     lander.join()
-    assert re.search(r"rehearsed on unit \S+ \(cq1's step\)", capsys.readouterr().out)  # the first member's
+    # Every member's part was rehearsed, earliest deadline first, and left nothing behind.
+    assert re.search(r"rehearsed on 2 units: cq1 \S+ s, q6 \S+ s, q4 \S+ s", capsys.readouterr().out)
+    assert not [p for p in state.rglob("*rehearsal*")]
     assert list(out["members"]) == list(members)
     claims = group.claims()
     assert sum(len(c["units"]) for c in claims.values()) == len(units) and set(claims) == {1, 2, 3}
