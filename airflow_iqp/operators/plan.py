@@ -22,7 +22,7 @@ from airflow_iqp.window.config import QueryConfig, clock
 from airflow_iqp.window.accounting import late_entry, record_task_cpu
 from airflow_iqp.window.group import plan_group
 from airflow_iqp.window.plan import format_window_plan, plan_window, register_on_cluster, store_plan, wait_for_cluster
-from airflow_iqp.window.readiness import split_tail
+from airflow_iqp.window.readiness import split_tail, tail_lead
 
 
 def _json(batch) -> dict:
@@ -144,7 +144,7 @@ class BatchPlanOperator(BaseOperator):
         self.log.info("plan stored in %s: %d batches", path, len(wp.batches))
         if not self.fuse_tail:
             return [b.to_dict() for b in wp.batches]
-        mapped, tail = split_tail(wp.batches, self.tail_lead)
+        mapped, tail = split_tail(wp.batches, tail_lead(wp.batches[-1], self.tail_lead) if wp.batches else 0.0)
         if tail and tail.before:
             self.log.info("the final task starts at %s and runs batches %s too", clock(tail.start_ts),
                           [b.index for b in tail.before])

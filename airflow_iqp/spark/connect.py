@@ -55,10 +55,6 @@ SERVER_CONF: dict[str, str] = {
     "spark.default.parallelism": "4",
     "spark.ui.enabled": "false",
     "spark.sql.adaptive.enabled": "true",
-    # Every query on the server shares one cache of generated classes; a group of ten
-    # queries, each with its steps, folds and merges, outgrows the default 100 entries,
-    # and an evicted class is compiled again on its plan's next run.
-    "spark.sql.codegen.cache.maxEntries": "1000",
     "spark.log.level": "WARN",
     # partials and results it writes are not world-readable (airflow_iqp.paths)
     "spark.hadoop.fs.permissions.umask-mode": "027",

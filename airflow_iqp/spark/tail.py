@@ -215,19 +215,27 @@ def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, wind
     """Run each member's part of a group's fused tail before the window's end, earliest
     deadline first, on the units the group claimed last (as many as the last batch plans,
     read once and cached as the tail reads them) merged with its ``written`` partials, and
-    throw the results away; while one more, as long as the longest so far, ends in time.
+    throw the results away. A member's rehearsal starts only while the window's end is
+    :data:`REHEARSAL_ROOM` times its expected seconds away: the longest rehearsal so far,
+    else its planned seconds (:meth:`~airflow_iqp.window.batch.Batch.member_due`).
 
     After the window's end each member's plan is then one the session has run: Spark's
     generated code for it is compiled and cached, and the JVM has compiled its hot paths.
     Run first after a window of shared batches, those plans (a step on cached streams,
     merged with a folded state) are new, and compiling them takes as much CPU as running
-    them; the tail after the window's end would pay it for every member. Skipped, like
-    :func:`rehearse_tail`, when nothing is claimed yet or the window's end is near; nothing
-    is recorded, and a failure is printed and ignored. Returns member -> seconds of those
-    rehearsed."""
-    until = room_until(tail)
+    them; the tail after the window's end would pay it for every member. A group's tail
+    starts early enough for this (:func:`~airflow_iqp.window.readiness.tail_lead`).
+    Skipped, like :func:`rehearse_tail`, when nothing is claimed yet; nothing is recorded,
+    and a failure is printed and ignored. Returns member -> seconds of those rehearsed."""
+    due, scale = tail.member_due(), tail.cost_scale or 1.0
+    runs: dict[str, float] = {}
+
+    def room(m: str) -> bool:
+        expected = max(runs.values(), default=due.get(m, (0.0, tail.remaining_cost / scale))[1])
+        return time.time() + REHEARSAL_ROOM * expected < tail.ready_ts
+
     claims = [c for _b, c in sorted(group.claims().items()) if kept_units(c)]
-    if not claims or time.time() >= until:
+    if not claims or not room(tail.members[0]):
         return {}
     saved = {m: load_query(m, group.store) for m in tail.members}
     streams = tuple({s.name: s for sv in saved.values() for s in sv.streams}.values())
@@ -238,15 +246,15 @@ def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, wind
             break
     chosen = set(units[-(tail.units or 1):])
     files = [f for c in claims for f in files_to_read(c) if unit_of(f, stream_of(f, streams)) in chosen]
-    runs: dict[str, float] = {}
     read, current = None, None
+    until = tail.ready_ts - REHEARSAL_ROOM * due.get(tail.members[0], (0.0, 0.0))[1]
     try:
         with cluster_turn(tail, slots, planned=tail.remaining_cost, until=until) as got:
             if not got:
                 return {}
             read = read_shared(spark, group, saved, files, None)
             for current in tail.members:
-                if time.time() + max(runs.values(), default=0.0) >= until:
+                if not room(current):
                     break
                 t0, w = time.perf_counter(), written.get(current)
                 df = run_final(spark, saved[current], w["df"] if w else [],

@@ -113,6 +113,14 @@ def tail_started(tail: Batch, now: float) -> str | None:
     return "lead" if now >= tail.start_ts else None
 
 
+def tail_lead(last: Batch, lead: float) -> float:
+    """Seconds before the window's end that the fused tail of a plan whose last entry is
+    ``last`` starts: the backend's ``lead``, and for a group's tail its members' planned
+    seconds too (``member_seconds``): the room to rehearse each member's part of the tail
+    before the window's end (:func:`airflow_iqp.spark.tail.rehearse_group_tail`)."""
+    return lead + sum(last.member_seconds)
+
+
 def split_tail(entries: list[Batch], lead: float) -> tuple[list[Batch], Batch | None]:
     """(the batches mapped as tasks, the fused tail) of a plan whose final task runs its last batch.
 
