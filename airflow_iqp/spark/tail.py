@@ -32,7 +32,7 @@ from airflow_iqp.spark.steps import parquet_writer, partial_of, run_batch, run_f
 from airflow_iqp.store import WindowState
 from airflow_iqp.streams import stream_of
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.readiness import TAIL_POLL_S, batch_ready, fold_into_tail, wait_and_claim
+from airflow_iqp.window.readiness import TAIL_POLL_S, batch_ready, fold_into_tail, to_rehearse, wait_and_claim
 
 
 def read_written(spark, ws: WindowState, earlier: dict | None = None, until: float | None = None) -> dict | None:
@@ -212,7 +212,8 @@ def room_until(tail: Batch) -> float:
 
 
 def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, windows: dict, written: dict) -> dict:
-    """Run each member's part of a group's fused tail before the window's end, earliest
+    """Run each member's part of a group's fused tail that is worth it
+    (:func:`~airflow_iqp.window.readiness.to_rehearse`) before the window's end, earliest
     deadline first, on the units the group claimed last (as many as the last batch plans,
     read once and cached as the tail reads them) merged with its ``written`` partials, and
     throw the results away. A member's rehearsal starts only while the window's end is
@@ -234,8 +235,9 @@ def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, wind
         expected = max(runs.values(), default=due.get(m, (0.0, tail.remaining_cost / scale))[1])
         return time.time() + REHEARSAL_ROOM * expected < tail.ready_ts
 
+    members = to_rehearse(tail)
     claims = [c for _b, c in sorted(group.claims().items()) if kept_units(c)]
-    if not claims or not room(tail.members[0]):
+    if not members or not claims or not room(members[0]):
         return {}
     saved = {m: load_query(m, group.store) for m in tail.members}
     streams = tuple({s.name: s for sv in saved.values() for s in sv.streams}.values())
@@ -247,13 +249,13 @@ def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, wind
     chosen = set(units[-(tail.units or 1):])
     files = [f for c in claims for f in files_to_read(c) if unit_of(f, stream_of(f, streams)) in chosen]
     read, current = None, None
-    until = tail.ready_ts - REHEARSAL_ROOM * due.get(tail.members[0], (0.0, 0.0))[1]
+    until = tail.ready_ts - REHEARSAL_ROOM * due.get(members[0], (0.0, 0.0))[1]
     try:
         with cluster_turn(tail, slots, planned=tail.remaining_cost, until=until) as got:
             if not got:
                 return {}
             read = read_shared(spark, group, saved, files, None)
-            for current in tail.members:
+            for current in members:
                 if not room(current):
                     break
                 t0, w = time.perf_counter(), written.get(current)

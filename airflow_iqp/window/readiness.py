@@ -113,12 +113,33 @@ def tail_started(tail: Batch, now: float) -> str | None:
     return "lead" if now >= tail.start_ts else None
 
 
+def to_rehearse(last: Batch) -> tuple[str, ...]:
+    """The members of a group's fused tail (``last``, the plan's last entry) whose part is
+    worth rehearsing before the window's end: those that, started earliest deadline first
+    at the last batch's ready time and taking their planned seconds each, would finish
+    less than their own planned seconds before their deadline. A first run of a plan can
+    take twice a later one's (its code is generated and compiled), and such a member would
+    then miss; the others have room for it. Without planned seconds, every member."""
+    due = last.member_due()
+    if not due:
+        return tuple(last.members)
+    out, t = [], last.ready_ts
+    for m in last.members:  # earliest deadline first
+        deadline, seconds = due[m]
+        t += seconds
+        if deadline - t < seconds:
+            out.append(m)
+    return tuple(out)
+
+
 def tail_lead(last: Batch, lead: float) -> float:
     """Seconds before the window's end that the fused tail of a plan whose last entry is
-    ``last`` starts: the backend's ``lead``, and for a group's tail its members' planned
-    seconds too (``member_seconds``): the room to rehearse each member's part of the tail
-    before the window's end (:func:`airflow_iqp.spark.tail.rehearse_group_tail`)."""
-    return lead + sum(last.member_seconds)
+    ``last`` starts: the backend's ``lead``; for a group's tail, also twice the planned
+    seconds of the members :func:`to_rehearse` names, the room to rehearse each of them
+    before the window's end, the last one three times its seconds before it
+    (:func:`airflow_iqp.spark.tail.rehearse_group_tail`)."""
+    due = last.member_due()
+    return lead + 2 * sum(due[m][1] for m in to_rehearse(last) if m in due)
 
 
 def split_tail(entries: list[Batch], lead: float) -> tuple[list[Batch], Batch | None]:

@@ -134,6 +134,19 @@ def test_a_fused_tail_merging_earliest_deadline_first_holds_the_plan_to_the_tigh
     assert "member_seconds" not in earliest.batches[-1].to_dict()
     with pytest.raises(ConfigError, match="member_seconds must be one number of seconds per member"):
         tail.with_(member_seconds=(1.0, 2.0))
+    # Rehearsed before the window's end: the members whose planned finish, earliest
+    # deadline first, leaves them less than their own seconds; the tail starts earlier by
+    # twice their seconds. A query's own tail starts at the backend's lead alone.
+    from airflow_iqp.window.readiness import split_tail, tail_lead, to_rehearse
+
+    r = tail.ready_ts
+    tight = tail.with_(member_deadlines=(r + 3, r + 5, r + 20), member_seconds=(2.0, 2.0, 2.0))
+    assert to_rehearse(tight) == ("q_a", "q_b") and tail_lead(tight, 8.0) == pytest.approx(16.0)
+    roomy = tight.with_(member_deadlines=(r + 30, r + 50, r + 70))
+    assert to_rehearse(roomy) == () and tail_lead(roomy, 8.0) == 8.0
+    assert to_rehearse(tight.with_(member_deadlines=(), member_seconds=())) == ("q_a", "q_b", "q_c")
+    assert tail_lead(earliest.batches[-1], 8.0) == 8.0
+    assert split_tail(fused.batches, tail_lead(tight, 8.0))[1].start_ts == pytest.approx(r - 16.0)
     # Given in another order, the members still run earliest deadline first.
     again = plan_group(group(tmp_path, {"q_c": 100.0, "q_a": 20.0, "q_b": 60.0}, fuse_tail=True), START,
                        START + 240, now=START)
