@@ -132,10 +132,10 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
     started (``tail.before``), in order: wait until it may start, as its sensor would,
     claim, take a turn on the cluster, write its partial; or, once the last batch may claim,
     leave its units to it (``fold_into_tail``). Then the last batch: rehearse it while there
-    is time (:func:`rehearse_tail`; a group's, each member's part: :func:`rehearse_group_tail`),
-    wait, folding the written partials as they come (:func:`read_written`), claim, take a
-    turn and run it with
-    the merge (:func:`execute_tail`). Turns: ``slots`` batches of the store at once, earliest
+    is time (:func:`rehearse_tail`; a group's, its tight members' parts:
+    :func:`rehearse_group_tail`), wait, folding the written partials as they come
+    (:func:`read_written`), claim, take a turn and run it with the merge
+    (:func:`execute_tail`). Turns: ``slots`` batches of the store at once, earliest
     deadline first; with a gate the turn is its, and the last batch's ``turn_ts``
     (``ahead``) does not hold it back as well. A retry re-reads every claim and skips a
     partial already written.
