@@ -51,8 +51,8 @@ class Backend:
         (``iqp_dag``) is not.
     :param tail_lead: seconds before the window's end that the final task starts (None: the
         backend's :attr:`lead`; 0 starts it at the window's end). A group's tail starts
-        earlier still by twice the planned seconds of the members it rehearses
-        (:func:`~airflow_iqp.window.readiness.tail_lead`).
+        earlier still by twice the planned seconds of the members it rehearses, never
+        before its first batch is ready (:func:`~airflow_iqp.window.readiness.tail_lead`).
     :param tail_slots: how many of the state directory's batches run at once, earliest
         deadline first (0: no limit; 1: the paper's one batch at a time).
     :param cluster: the name of the Spark cluster this query shares with others. The queries

@@ -144,7 +144,7 @@ class BatchPlanOperator(BaseOperator):
         self.log.info("plan stored in %s: %d batches", path, len(wp.batches))
         if not self.fuse_tail:
             return [b.to_dict() for b in wp.batches]
-        mapped, tail = split_tail(wp.batches, tail_lead(wp.batches[-1], self.tail_lead) if wp.batches else 0.0)
+        mapped, tail = split_tail(wp.batches, tail_lead(wp.batches, self.tail_lead))
         if tail and tail.before:
             self.log.info("the final task starts at %s and runs batches %s too", clock(tail.start_ts),
                           [b.index for b in tail.before])

@@ -132,14 +132,21 @@ def to_rehearse(last: Batch) -> tuple[str, ...]:
     return tuple(out)
 
 
-def tail_lead(last: Batch, lead: float) -> float:
-    """Seconds before the window's end that the fused tail of a plan whose last entry is
-    ``last`` starts: the backend's ``lead``; for a group's tail, also twice the planned
-    seconds of the members :func:`to_rehearse` names, the room to rehearse each of them
-    before the window's end, the last one three times its seconds before it
-    (:func:`airflow_iqp.spark.tail.rehearse_group_tail`)."""
+def tail_lead(entries: list[Batch], lead: float) -> float:
+    """Seconds before the window's end that the fused tail of a plan (its batches,
+    ``entries``, the last one the tail's) starts: the backend's ``lead``; for a group's
+    tail, also twice the planned seconds of the members :func:`to_rehearse` names, the
+    room to rehearse each of them before the window's end, the last one three times its
+    seconds before it (:func:`airflow_iqp.spark.tail.rehearse_group_tail`). A rehearsal
+    reads units the group has claimed, so that room never starts the tail before a second
+    after the first batch's ready time: the first batch stays a task of its own, and a
+    plan of one batch gets the backend's lead alone."""
+    if len(entries) < 2:
+        return lead
+    last = entries[-1]
     due = last.member_due()
-    return lead + 2 * sum(due[m][1] for m in to_rehearse(last) if m in due)
+    extra = 2 * sum(due[m][1] for m in to_rehearse(last) if m in due)
+    return min(lead + extra, max(lead, last.ready_ts - entries[0].ready_ts - 1.0))
 
 
 def split_tail(entries: list[Batch], lead: float) -> tuple[list[Batch], Batch | None]:

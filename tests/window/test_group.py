@@ -136,17 +136,24 @@ def test_a_fused_tail_merging_earliest_deadline_first_holds_the_plan_to_the_tigh
         tail.with_(member_seconds=(1.0, 2.0))
     # Rehearsed before the window's end: the members whose planned finish, earliest
     # deadline first, leaves them less than their own seconds; the tail starts earlier by
-    # twice their seconds. A query's own tail starts at the backend's lead alone.
+    # twice their seconds, but never before a second after the first batch is ready. A
+    # query's own tail, or a plan of one batch, starts at the backend's lead alone.
     from airflow_iqp.window.readiness import split_tail, tail_lead, to_rehearse
 
-    r = tail.ready_ts
-    tight = tail.with_(member_deadlines=(r + 3, r + 5, r + 20), member_seconds=(2.0, 2.0, 2.0))
-    assert to_rehearse(tight) == ("q_a", "q_b") and tail_lead(tight, 8.0) == pytest.approx(16.0)
+    base = earliest.batches  # several batches; the fused plan above is one
+    r, first = base[-1].ready_ts, base[0].ready_ts
+    assert len(base) >= 2 and r - first > 17.0
+    tight = base[-1].with_(member_deadlines=(r + 3, r + 5, r + 20), member_seconds=(2.0, 2.0, 2.0))
+    plan = [*base[:-1], tight]
+    assert to_rehearse(tight) == ("q_a", "q_b") and tail_lead(plan, 8.0) == pytest.approx(16.0)
+    assert split_tail(plan, tail_lead(plan, 8.0))[1].start_ts == pytest.approx(r - 16.0)
+    slow = [*base[:-1], tight.with_(member_seconds=(1000.0, 1000.0, 1000.0))]
+    assert tail_lead(slow, 8.0) == pytest.approx(r - first - 1.0)
+    assert split_tail(slow, tail_lead(slow, 8.0))[0] == base[:1]
     roomy = tight.with_(member_deadlines=(r + 30, r + 50, r + 70))
-    assert to_rehearse(roomy) == () and tail_lead(roomy, 8.0) == 8.0
+    assert to_rehearse(roomy) == () and tail_lead([*base[:-1], roomy], 8.0) == 8.0
     assert to_rehearse(tight.with_(member_deadlines=(), member_seconds=())) == ("q_a", "q_b", "q_c")
-    assert tail_lead(earliest.batches[-1], 8.0) == 8.0
-    assert split_tail(fused.batches, tail_lead(tight, 8.0))[1].start_ts == pytest.approx(r - 16.0)
+    assert tail_lead(base, 8.0) == 8.0 and tail_lead([tight], 8.0) == 8.0
     # Given in another order, the members still run earliest deadline first.
     again = plan_group(group(tmp_path, {"q_c": 100.0, "q_a": 20.0, "q_b": 60.0}, fuse_tail=True), START,
                        START + 240, now=START)
