@@ -231,9 +231,11 @@ def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, wind
     due, scale = tail.member_due(), tail.cost_scale or 1.0
     runs: dict[str, float] = {}
 
+    def expected(m: str) -> float:
+        return max(runs.values(), default=due.get(m, (0.0, tail.remaining_cost / scale))[1])
+
     def room(m: str) -> bool:
-        expected = max(runs.values(), default=due.get(m, (0.0, tail.remaining_cost / scale))[1])
-        return time.time() + REHEARSAL_ROOM * expected < tail.ready_ts
+        return time.time() + REHEARSAL_ROOM * expected(m) < tail.ready_ts
 
     members = to_rehearse(tail)
     claims = [c for _b, c in sorted(group.claims().items()) if kept_units(c)]
@@ -249,7 +251,7 @@ def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, wind
     chosen = set(units[-(tail.units or 1):])
     files = [f for c in claims for f in files_to_read(c) if unit_of(f, stream_of(f, streams)) in chosen]
     read, current = None, None
-    until = tail.ready_ts - REHEARSAL_ROOM * due.get(members[0], (0.0, 0.0))[1]
+    until = tail.ready_ts - REHEARSAL_ROOM * expected(members[0])
     try:
         with cluster_turn(tail, slots, planned=tail.remaining_cost, until=until) as got:
             if not got:
@@ -259,11 +261,9 @@ def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, wind
                 if not room(current):
                     break
                 t0, w = time.perf_counter(), written.get(current)
-                df = run_final(spark, saved[current], w["df"] if w else [],
-                               also=partial_of(spark, saved[current], read[1], tail.static or None))
+                part = partial_of(spark, saved[current], read[1], tail.static or None)
                 rows = merge_rows_estimate(windows[current], list(w["dirs"]) if w else [], read[0].rows, tail=True)
-                windows[current].write_scratch("rehearsal", parquet_writer(df, rows))
-                windows[current].remove_scratch("rehearsal")
+                _merge_into_scratch(spark, windows[current], saved[current], w, part, rows)
                 runs[current] = time.perf_counter() - t0
     except Exception as exc:  # noqa: BLE001 - a rehearsal only warms the session; the tail reports errors
         print(f"airflow-iqp final_job: {tail.label}: rehearsal failed, ignored: {type(exc).__name__}: {exc}",
@@ -313,9 +313,7 @@ def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0,
             while len(runs) < REHEARSALS and (not runs or time.time() + runs[-1] < until):
                 t0 = time.perf_counter()
                 part = run_batch(spark, saved, files, tail.static or None, inspection=inspection)
-                df = run_final(spark, saved, written["df"] if written else [], also=part)
-                ws.write_scratch("rehearsal", parquet_writer(df, rows))
-                ws.remove_scratch("rehearsal")
+                _merge_into_scratch(spark, ws, saved, written, part, rows)
                 runs.append(time.perf_counter() - t0)
     except Exception as exc:  # noqa: BLE001 - a rehearsal only warms the session; the tail reports errors
         print(f"airflow-iqp final_job: {tail.label}: rehearsal failed, ignored: {type(exc).__name__}: {exc}",
@@ -323,10 +321,18 @@ def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0,
         return None
     finally:
         ws.remove_scratch("rehearsal")
-    whose = f" ({ws.query_id}'s step)" if tail.members else ""
-    print(f"airflow-iqp final_job: {tail.label}: rehearsed on unit {unit}{whose} in "
+    print(f"airflow-iqp final_job: {tail.label}: rehearsed on unit {unit} in "
           f"{', '.join(f'{r:.2f}' for r in runs)} s", flush=True)
     return runs[-1]
+
+
+def _merge_into_scratch(spark, ws: WindowState, saved, written: dict | None, part, rows: int | None) -> None:
+    """A rehearsal's run of a fused tail's last step: ``part`` merged with the ``written``
+    partials (:func:`read_written`'s) into a result of about ``rows`` rows, written to the
+    window's scratch directory and removed."""
+    df = run_final(spark, saved, written["df"] if written else [], also=part)
+    ws.write_scratch("rehearsal", parquet_writer(df, rows))
+    ws.remove_scratch("rehearsal")
 
 
 def _run_batch_in_turn(spark, ws: WindowState, entry: Batch, slots: int, backend: str, history: bool,
