@@ -157,25 +157,44 @@ def say(msg: str) -> None:
 
 
 class RssSampler:
-    """Peak summed RSS of the Spark processes (every ``java`` process tree), sampled every 0.25 s."""
+    """Peak summed RSS of the Spark processes, sampled every 0.25 s: every ``java`` process
+    and every process below one, each counted once.
+
+    A child that runs its JVM's binary under another name is not counted: it is the JVM
+    starting a command (Hadoop's local file system runs ``chmod`` on each file and directory
+    a task writes with permissions), caught between its fork and its exec. Java starts
+    commands by ``posix_spawn``, whose child shares the JVM's memory until it execs, so its
+    RSS is the JVM's own and adding it would count the JVM twice.
+    """
 
     def __init__(self, exclude: set[int] = frozenset()):
         self.exclude, self.peak, self._stop = set(exclude), 0.0, threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, sum(self.sample().values()) / 2**20)
+            self._stop.wait(0.25)
+
+    def sample(self) -> dict[int, int]:
+        """{pid: RSS bytes} of the processes counted now (see the class)."""
         import psutil
 
-        while not self._stop.is_set():
-            total = 0
-            for p in psutil.process_iter(["name", "pid"]):
+        rss = {}
+        for p in psutil.process_iter(["name", "pid", "exe"]):
+            if "java" not in (p.info["name"] or "") or p.info["pid"] in self.exclude:
+                continue
+            try:
+                below = p.children(recursive=True)
+            except psutil.Error:
+                below = []
+            for q in (p, *below):
                 try:
-                    if "java" in (p.info["name"] or "") and p.info["pid"] not in self.exclude:
-                        total += sum(q.memory_info().rss for q in (p, *p.children(recursive=True)))
-                except psutil.Error:
+                    if q.pid not in rss and (q is p or "java" in q.name() or q.exe() != p.info["exe"]):
+                        rss[q.pid] = q.memory_info().rss
+                except psutil.Error:  # gone since the listing
                     pass
-            self.peak = max(self.peak, total / 2**20)
-            self._stop.wait(0.25)
+        return rss
 
     def __enter__(self):
         self._t.start()

@@ -1,0 +1,79 @@
+"""vs_streaming's peak-memory sampler counts each Spark process once, and not a JVM's fork
+before its exec.
+
+Real processes: a JVM that starts a command (``sleep``) and two child JVMs. A child of
+``posix_spawn`` between its fork and its exec runs the JVM's binary under the name of the
+JVM thread that started it; that instant is too short to catch on purpose, so one child JVM
+is started through a link named like such a thread, which gives it the same two marks.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from benchmarks.vs_streaming import RssSampler
+
+SPAWNER = """
+public class Spawner {
+    public static void main(String[] args) throws Exception {
+        if (args.length == 1) {
+            String java = ProcessHandle.current().info().command().orElseThrow();
+            new ProcessBuilder("sleep", "120").start();
+            for (String bin : new String[] {java, args[0]}) {
+                new ProcessBuilder(bin, "-Xmx16m", "-XX:TieredStopAtLevel=1", SELF, "child", "x").start();
+            }
+            System.out.println("ready");
+            System.out.flush();
+        }
+        Thread.sleep(120_000);
+    }
+}
+"""
+
+
+@pytest.fixture
+def jvm_tree(tmp_path):
+    java = shutil.which("java")
+    if java is None:
+        pytest.skip("no java on PATH")
+    src = tmp_path / "Spawner.java"
+    src.write_text(SPAWNER.replace("SELF", f'"{src}"'))
+    thread_named = tmp_path / "Executor task launch worker"
+    thread_named.symlink_to(Path(java).resolve())
+    proc = subprocess.Popen([java, "-Xmx32m", "-XX:TieredStopAtLevel=1", str(src), str(thread_named)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        parent = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until each child has exec'd what it was started for
+            if sorted(k.name()[:15] for k in parent.children()) == ["Executor task l", "java", "sleep"]:
+                break
+            time.sleep(0.1)
+        yield parent
+    finally:
+        for p in (*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)):
+            p.kill()
+        proc.wait(timeout=30)
+
+
+def test_each_process_is_counted_once_and_a_fork_before_its_exec_not_at_all(jvm_tree):
+    kids = jvm_tree.children()
+    sleep = next(k for k in kids if k.name() == "sleep")
+    child = next(k for k in kids if k.name() == "java")
+    forked = next(k for k in kids if k.name().startswith("Executor task l"))
+    assert forked.exe() == child.exe() == jvm_tree.exe()
+    counted = RssSampler().sample()
+    # the child JVM is a java process of its own and also below its parent: counted once
+    assert {jvm_tree.pid, sleep.pid, child.pid} <= set(counted)
+    assert counted[child.pid] == pytest.approx(child.memory_info().rss, rel=0.5)
+    # a JVM's binary under a thread's name is taken for a fork that has not exec'd yet
+    assert forked.pid not in counted
+    assert RssSampler(exclude={jvm_tree.pid}).sample().keys() >= {child.pid}
+    assert jvm_tree.pid not in RssSampler(exclude={jvm_tree.pid}).sample()
