@@ -48,17 +48,20 @@ def jvm_tree(tmp_path):
     thread_named.symlink_to(Path(java).resolve())
     proc = subprocess.Popen([java, "-Xmx32m", "-XX:TieredStopAtLevel=1", str(src), str(thread_named)],
                             stdout=subprocess.PIPE, text=True)
+    parent = psutil.Process(proc.pid)
     try:
         assert proc.stdout.readline().strip() == "ready"
-        parent = psutil.Process(proc.pid)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:  # until each child has exec'd what it was started for
-            if sorted(k.name()[:15] for k in parent.children()) == ["Executor task l", "java", "sleep"]:
+            names = sorted(k.name()[:15] for k in parent.children())
+            if names == ["Executor task l", "java", "sleep"]:
                 break
             time.sleep(0.1)
+        else:
+            pytest.fail(f"the spawner's children after 60 s: {names}, not a sleep and two JVMs")
         yield parent
     finally:
-        for p in (*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)):
+        for p in (*parent.children(recursive=True), parent):
             p.kill()
         proc.wait(timeout=30)
 
