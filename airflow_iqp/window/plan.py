@@ -102,7 +102,9 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
     plan, models, cost, agg, spec, planned = _plan(cfg, length, rel_deadline, backfill, now - window_start, busy)
     models += shared + estimate
     # The entries carry the scale planned with (learned, or given) for what expects their costs.
-    batches = batch_entries(planned, plan, window_start, window_end, deadline, backfill, known or backfill)
+    startup = 0.0 if backfill or cfg.mode == "one_batch" else tail_startup(planned, cost)
+    batches = batch_entries(planned, plan, window_start, window_end, deadline, backfill, known or backfill,
+                            tail_startup_s=startup)
     if cfg.mode == "dynamic" and not backfill:
         batches = _dynamic_entries(cfg, batches)
     elif not known and not backfill and cfg.mode == "plan":
@@ -332,11 +334,16 @@ def _dynamic_entries(cfg: QueryConfig, entries: list[Batch]) -> list[Batch]:
 
 
 def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, window_end: float, deadline: float,
-                  backfill: bool, known: bool = True) -> list[Batch]:
+                  backfill: bool, known: bool = True, tail_startup_s: float = 0.0) -> list[Batch]:
     """One :class:`Batch` per batch: what the sensor, the submit task and the priority strategies read.
 
     With ``cfg.ahead`` the last batch has ``turn_ts``, the window's end plus ``ahead``: it
     does not fire before then, and its latest start is that much later than planned.
+    ``tail_startup_s``: what a fused tail's task pays in its lead (:func:`tail_startup`),
+    which the plan counts in the last batch's cost from a ready time that much before the
+    window's end; the task claims after paying it, so its latest claim is that much later
+    than the plan's latest start. That is how long the last batch may wait for a unit
+    still missing from the window's count (:func:`~airflow_iqp.window.readiness.fire_at`).
     """
     k = len(plan.batches)
     out = []
@@ -348,6 +355,7 @@ def batch_entries(cfg: QueryConfig, plan: Plan, window_start: float, window_end:
             # and, on spark-submit, its JVM start during the lead); its input is not complete
             # before the window's end, and it must not fire on time alone before then.
             ready = max(ready, window_end + cfg.grace)
+            latest += tail_startup_s
             if cfg.ahead:
                 latest += cfg.ahead
                 turn = window_end + cfg.ahead

@@ -184,7 +184,7 @@ def replan(batch: Batch, claimed: int, arrived: int, now: float,
     rest = sizes[-1] if sizes else 0
     entries[str(last)] = {"expected_total": total, "units": rest,
                           "label": f"batch {last}/{last} · {rest} units · ready {clock(final.ready_ts)} ({name})",
-                          **({"latest_start_ts": start + plan.batches[-1].latest_start,
+                          **({"latest_start_ts": start + plan.batches[-1].latest_start + _tail_startup(doc, cost),
                               "cost": plan.batches[-1].cost} if plan else {})}
     out = {"after": batch.index, "at": now, "expected_total": total, "ran": run_now,
            "feasible": plan.feasible if plan else True, "sizes": sizes, "entries": entries,

@@ -194,9 +194,13 @@ def test_with_a_fused_tail_the_last_minbatch_is_the_tail_and_waits_for_the_windo
     *minbatches, tail = entries
     assert tail.last and tail.max_units is None and sum(e.units for e in entries) == 240
     assert all(e.max_units == e.units for e in minbatches)
-    assert tail.latest_start_ts < START + 240 <= tail.ready_ts  # planned ready its start-up early
+    # Planned ready its start-up early, and its latest start with it; the task has paid the
+    # start-up by then, so it may claim that much later.
+    assert START + wp.plan.batches[-1].latest_start < START + 240 <= tail.ready_ts
+    assert tail.latest_start_ts == pytest.approx(START + wp.plan.batches[-1].latest_start + 3.0)
     land(tmp_path / "landing", 239)
-    assert batch_ready(tail, tail.latest_start_ts + 0.1, arrived=239) is None  # not on time before the end
+    assert batch_ready(tail, START + wp.plan.batches[-1].latest_start + 0.1, arrived=239) is None
+    assert batch_ready(tail, START + 240 - 0.1, arrived=239) is None  # not on time before the end
     for e in minbatches:
         assert len(claim_batch(e)["units"]) == e.units
     land(tmp_path / "landing", 1, first=239)
@@ -338,6 +342,30 @@ def test_dispatch_is_planned_per_batch_and_a_fused_tail_dispatches_before_the_en
         assert batch_ready(last, START + 240 - 1, arrived=0) is None
     with pytest.raises(ConfigError, match="dispatch"):
         cfg(tmp_path, dispatch=-1)
+
+
+def test_a_fused_tail_waits_for_a_missing_unit_as_long_as_the_start_up_paid_in_its_lead_allows(tmp_path):
+    """A unit due at the window's end lands a moment after it. A fused tail's plan counts the
+    start-up its task pays in the lead (here Connect's dispatch) in the last batch's cost, from
+    a ready time that much before the window's end; after the end that is paid, so the task
+    may wait for the missing unit until the deadline less the work it has left."""
+    c = cfg(tmp_path, dispatch=3.0, fuse_tail=True, backend="spark-connect", margin=0.0,
+            cost_hint={"kind": "linear", "per_unit": 0.1, "per_batch": 0.5},
+            final_agg_hint={"kind": "linear", "base": 0.2, "per_batch": 0.05})
+    wp = plan_window(c, START, START + 240, START + 242, now=START)
+    last, planned = wp.batches[-1], wp.plan.batches[-1]
+    assert wp.plan.feasible and planned.ready == 240 - 3.0
+    assert planned.latest_start < 240  # on the plan's axis, the start-up included
+    assert last.latest_start_ts == pytest.approx(START + planned.latest_start + 3.0)
+    assert last.latest_start_ts > START + 240
+    # Its work after the claim (its cost less the start-up, then the merge) ends by the deadline.
+    merge = wp.plan.total_cost - sum(b.cost for b in wp.plan.batches)
+    assert last.latest_start_ts + last.cost - 3.0 + merge == pytest.approx(last.deadline_ts)
+    assert fire_at(last) == pytest.approx(last.latest_start_ts)
+    ready = last.with_(index=1)  # the batches before it have claimed
+    assert batch_ready(ready, START + 240, arrived=239) is None  # one unit short: it waits for it
+    assert batch_ready(ready, START + 240, arrived=240) == "units"
+    assert batch_ready(ready, last.latest_start_ts, arrived=239) == "time"
 
 
 def test_cost_scale_plans_as_if_the_calibrated_costs_were_that_much_longer(tmp_path):

@@ -124,3 +124,7 @@ def test_a_fused_tail_s_re_plan_counts_its_start_up_in_the_lead_as_the_first_pla
     if fuse_tail:  # every unit after the first batch in the tail, which still fires at the window's end
         assert doc["sizes"] == [120 - len(open_store(c.state_dir).window(c.query, wp.window_id).claim_of(1)["units"])]
         assert fire_at(effective(wp.batches[-1])) >= START + 120
+        # Its latest claim is the re-plan's latest start plus that start-up, paid by then: it
+        # may wait past the window's end for a unit still missing from the count.
+        tail = effective(wp.batches[-1])
+        assert tail.latest_start_ts > START + 120 and fire_at(tail) > START + 120
