@@ -131,8 +131,12 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
     ``tail`` is the plan's tail (``split_tail``). First each batch ready after the task
     started (``tail.before``), in order: wait until it may start, as its sensor would,
     claim, take a turn on the cluster, write its partial; or, once the last batch may claim,
-    leave its units to it (``fold_into_tail``). Then the last batch: rehearse it while there
-    is time (:func:`rehearse_tail`; a group's, its tight members' parts:
+    leave its units to it (``fold_into_tail``). A single query's tail also folds the partials
+    written and rehearses its last step (:func:`rehearse_tail`) in the wait before each of
+    these batches, while there is room before that batch's input is due: the last of them
+    often ends just before the window's end, with no room left after it. Then the last
+    batch: rehearse it while there is time (:func:`rehearse_tail`, up to
+    :data:`REHEARSALS` in all; a group's, its tight members' parts:
     :func:`rehearse_group_tail`), wait, folding the written partials as they come
     (:func:`read_written`), claim, take a turn and run it with the merge
     (:func:`execute_tail`). Turns: ``slots`` batches of the store at once, earliest
@@ -146,12 +150,24 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
     kept: dict = {}  # a group's batch handed over: its units, cached for the tail
     # A group's batch hands its members left over to the tail once the last batch may claim.
     stop = (lambda: batch_ready(tail, time.time()) is not None) if tail.members else None
-    for entry in tail.before:
-        if fold_into_tail(entry, tail, time.time()) is not None:
-            print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch",
-                  flush=True)
-            continue
-        _run_batch_in_turn(spark, ws, entry, slots, backend, history, stop, kept)
+    ahead: list = [None]  # a single query's written partials, folded as they come
+    rehearsed: list[float] = []
+    try:
+        for entry in tail.before:
+            if fold_into_tail(entry, tail, time.time()) is not None:
+                print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch",
+                      flush=True)
+                continue
+            if not tail.members:  # in the wait for this batch's input: fold what is written, rehearse
+                until = room_until(tail, entry.ready_ts)
+                ahead[0] = read_written(spark, ws, ahead[0], until=until)
+                rehearsed += rehearse_tail(spark, ws, tail, slots, ahead[0], until=until,
+                                           rehearsals=REHEARSALS - len(rehearsed))
+            _run_batch_in_turn(spark, ws, entry, slots, backend, history, stop, kept)
+        if not tail.members:
+            return _last_batch(spark, ws, tail, slots, backend, history, ahead, REHEARSALS - len(rehearsed))
+    finally:
+        release(ahead[0])
     if tail.members:
         windows = {m: ws.store.window(m, ws.window_id) for m in tail.members}
         written: dict = {}
@@ -176,24 +192,27 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
         finally:
             for state in written.values():
                 release(state)
-    ahead = [None]
-    try:
-        ahead[0] = read_written(spark, ws, until=room_until(tail))
-        rehearse_tail(spark, ws, tail, slots, ahead[0])
 
-        def sleep(seconds: float) -> None:  # while it waits: fold the partials again when they change
-            t0 = time.time()
-            ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail))
-            time.sleep(max(0.0, seconds - (time.time() - t0)))
 
-        claim = wait_and_claim(tail, sleep=sleep)
-        print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
-        # The turn lasts through the merge: the tail holds the cluster until the result is written.
-        with cluster_turn(tail, slots, planned=tail.remaining_cost):
-            return execute_tail(spark, ws, tail.index, tail.static or None, backend=backend, history=history,
-                                written=ahead[0])
-    finally:
-        release(ahead[0])
+def _last_batch(spark, ws: WindowState, tail: Batch, slots: int, backend: str, history: bool, ahead: list,
+                rehearsals: int) -> dict:
+    """A single query's last batch in its fused tail (:func:`run_tail`): fold, rehearse up to
+    ``rehearsals`` times, wait folding, claim, run it with the merge. ``ahead[0]`` is the
+    folded state (:func:`read_written`), kept there for the caller to release."""
+    ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail))
+    rehearse_tail(spark, ws, tail, slots, ahead[0], rehearsals=rehearsals)
+
+    def sleep(seconds: float) -> None:  # while it waits: fold the partials again when they change
+        t0 = time.time()
+        ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail))
+        time.sleep(max(0.0, seconds - (time.time() - t0)))
+
+    claim = wait_and_claim(tail, sleep=sleep)
+    print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
+    # The turn lasts through the merge: the tail holds the cluster until the result is written.
+    with cluster_turn(tail, slots, planned=tail.remaining_cost):
+        return execute_tail(spark, ws, tail.index, tail.static or None, backend=backend, history=history,
+                            written=ahead[0])
 
 
 #: A fused tail rehearses (:func:`rehearse_tail`), or folds a new partial into its state
@@ -206,9 +225,11 @@ REHEARSAL_ROOM = 3.0
 REHEARSALS = 3
 
 
-def room_until(tail: Batch) -> float:
-    """Until when a fused tail has room for a job before its last batch (:data:`REHEARSAL_ROOM`)."""
-    return tail.ready_ts - REHEARSAL_ROOM * tail.remaining_cost / tail.cost_scale
+def room_until(tail: Batch, before: float | None = None) -> float:
+    """Until when a fused tail has room for a job before its last batch (:data:`REHEARSAL_ROOM`),
+    or before ``before`` (the input of a batch it runs ahead of the last being due)."""
+    return min(tail.ready_ts, tail.ready_ts if before is None else before) \
+        - REHEARSAL_ROOM * tail.remaining_cost / tail.cost_scale
 
 
 def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, windows: dict, written: dict) -> dict:
@@ -279,38 +300,39 @@ def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, wind
     return runs
 
 
-def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0,
-                  written: dict | None = None) -> float | None:
+def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, written: dict | None = None, *,
+                  until: float | None = None, rehearsals: int = REHEARSALS) -> list[float]:
     """Run the fused tail's plan before the window's end, on one unit the window's batches
     have claimed, merged with the ``written`` partials, and throw the result away; up to
-    :data:`REHEARSALS` times, while one as long as the last ends in time.
+    ``rehearsals`` times, while one as long as the last ends in time: by :func:`room_until`,
+    or by ``until`` (before a batch the tail runs ahead of the last).
 
     The tail after the window's end is then a later run of that plan: its code is
     generated and the JVM has compiled its hot paths. On a warm local Connect server, in a
     fresh session that had run two batches, a one-unit tail took 0.20 s instead of 0.29 s
     for CQ1 and 0.74 s instead of 0.93 s for Q10 (median of 5); the same Q10 tail, run
     again and again, took 1.19 s the first time, 0.75 s by the fifth and 0.52 s by the
-    twentieth. It is skipped (None) when no unit is claimed yet or the window's end is
-    nearer than :data:`REHEARSAL_ROOM` times the tail's expected seconds, and takes a turn
-    on the cluster like a batch (given up when that time comes first). Nothing is
-    recorded: no claim, metrics or cost history. A failure is printed and ignored: the
-    tail meets the same error, if it is one, and reports it. Returns the last run's seconds.
+    twentieth. It is skipped when no unit is claimed yet or the window's end is nearer
+    than :data:`REHEARSAL_ROOM` times the tail's expected seconds, and takes a turn on the
+    cluster like a batch (given up when that time comes first). Nothing is recorded: no
+    claim, metrics or cost history. A failure is printed and ignored: the tail meets the
+    same error, if it is one, and reports it. Returns each run's seconds.
     """
-    until = room_until(tail)
+    until = room_until(tail) if until is None else min(until, room_until(tail))
     claims = [c for c in ws.claims().values() if kept_units(c)]
-    if not claims or time.time() >= until:
-        return None
+    if rehearsals < 1 or not claims or time.time() >= until:
+        return []
     saved = load_query(ws.query_id, ws.store)
     unit = kept_units(claims[-1])[-1]
     files = [f for f in files_to_read(claims[-1]) if unit_of(f, stream_of(f, saved.streams)) == unit]
     try:
         with cluster_turn(tail, slots, planned=tail.remaining_cost, until=until) as got:
             if not got or time.time() >= until:
-                return None
+                return []
             inspection = inspect_files(files, saved, ws.store.query(ws.query_id), claimed=ws.claimed_files())
             rows = merge_rows_estimate(ws, list(written["dirs"]) if written else [], inspection.rows, tail=True)
             runs: list[float] = []
-            while len(runs) < REHEARSALS and (not runs or time.time() + runs[-1] < until):
+            while len(runs) < rehearsals and (not runs or time.time() + runs[-1] < until):
                 t0 = time.perf_counter()
                 part = run_batch(spark, saved, files, tail.static or None, inspection=inspection)
                 _merge_into_scratch(spark, ws, saved, written, part, rows)
@@ -318,12 +340,12 @@ def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0,
     except Exception as exc:  # noqa: BLE001 - a rehearsal only warms the session; the tail reports errors
         print(f"airflow-iqp final_job: {tail.label}: rehearsal failed, ignored: {type(exc).__name__}: {exc}",
               flush=True)
-        return None
+        return []
     finally:
         ws.remove_scratch("rehearsal")
     print(f"airflow-iqp final_job: {tail.label}: rehearsed on unit {unit} in "
           f"{', '.join(f'{r:.2f}' for r in runs)} s", flush=True)
-    return runs[-1]
+    return runs
 
 
 def _merge_into_scratch(spark, ws: WindowState, saved, written: dict | None, part, rows: int | None) -> None:

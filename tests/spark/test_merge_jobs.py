@@ -253,6 +253,55 @@ def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_u
     assert_same_rows(result_rows(spark, ws), ref, ordered=get_query(qid).ordered, label="tail retried")
 
 
+def test_a_fused_tail_rehearses_in_the_wait_before_a_batch_it_runs(spark, units, tpch_dir, tmp_path, capsys):
+    """A single query's tail whose batch before the last ends just before the window's end
+    has no room to rehearse after it: it folds the written partials and rehearses its last
+    step in the wait before that batch, at most ``REHEARSALS`` times in all, and the result
+    is the window's."""
+    import re
+    import time
+
+    from airflow_iqp.spark.tail import REHEARSAL_ROOM, REHEARSALS, run_tail
+    from airflow_iqp.window.readiness import claim_batch, split_tail
+    from tests.support.batches import make_batch
+    from tests.support.landing import land_later
+
+    qid, static = "cq3", str(tpch_dir / "static")
+    landing, state = tmp_path / "landing", tmp_path / "state"
+    landing.mkdir()
+    far = time.time() + 3600
+    entries = [make_batch(query=qid, window_id="w", index=i, of=3, units=n, cumulative=c, expected_total=len(units),
+                          last=i == 3, ready_ts=far + r, latest_start_ts=far + 60, deadline_ts=far + 60,
+                          landing=str(landing), state_dir=str(state), static=static, cost=0.5, remaining_cost=0.5,
+                          label=f"batch {i}/3")
+               for i, n, c, r in ((1, 3, 3, 0.0), (2, 2, 5, 10.0), (3, 1, 6, 11.0))]
+    mapped, tail = split_tail(entries, lead=5.0)
+    assert [b.index for b in tail.before] == [2]
+    for u in units[:3]:
+        shutil.copytree(u, landing / u.name)
+    claim_batch(mapped[0])
+    ws = tpch_window(state, qid, "w")
+    execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)
+    for u in units[3:5]:
+        shutil.copytree(u, landing / u.name)
+    # Batch 2's input is there, and due 12 s from now; the window ends 0.1 s after that, when
+    # the last unit lands: room to rehearse before batch 2, none after it.
+    room = REHEARSAL_ROOM * tail.remaining_cost / tail.cost_scale
+    due = time.time() + 12 + room
+    tail = tail.with_(ready_ts=due + 0.1, before=(tail.before[0].with_(ready_ts=due),))
+    lander = land_later(units[5:], landing, every=due - time.time())
+    manifest = run_tail(spark, ws, tail, backend=BACKEND)
+    lander.join()
+    out = capsys.readouterr().out
+    assert out.index("batch 3/3: rehearsed on unit") < out.index("batch 2/3: 2 units in")
+    runs = [r for line in re.findall(r"rehearsed on unit \S+ in ([\d., ]+) s", out) for r in line.split(", ")]
+    assert 1 <= len(runs) <= REHEARSALS
+    assert manifest["batches"] == [1, 2, 3] and manifest["units"] == [u.name for u in units]
+    _cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
+    assert_same_rows(result_rows(spark, ws), ref, ordered=get_query(qid).ordered, label="tail rehearsed before 2")
+    assert not [p for p in Path(state).rglob("*") if "rehearsal" in p.name]
+
+
 def test_a_unit_in_two_partials_is_an_error_naming_both_batches(spark, units, tpch_dir, tmp_path):
     ws = run_window_inprocess(spark, "cq1", units, tpch_dir / "static", tmp_path, k=2)
     # forge a third batch covering a unit of batch 1 (a claim would refuse it)
@@ -413,19 +462,23 @@ def test_a_fused_tail_rehearses_before_the_windows_end_and_leaves_no_trace(spark
     ws = tpch_window(tmp_path, qid, "w")
     tail = make_batch(query=qid, window_id="w", index=3, of=3, state_dir=str(tmp_path), static=static,
                       ready_ts=time.time() + 600, cost=0.5, remaining_cost=1.0, cost_scale=2.0, label="batch 3/3")
-    assert rehearse_tail(spark, ws, tail) is None  # nothing claimed yet
+    assert rehearse_tail(spark, ws, tail) == []  # nothing claimed yet
     for b, chunk in enumerate(split_consecutive(units, 3)[:2], start=1):
         ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
         execute_batch(spark, batch_work(ws, b, static), backend=BACKEND)
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     history = ws.store.cost_history(query=qid)
-    seconds = rehearse_tail(spark, ws, tail, slots=1, written=read_written(spark, ws))
-    assert seconds is not None and seconds > 0
-    runs = capsys.readouterr().out.split("rehearsed on unit")[1].split(" in ")[1].split(" s")[0]
-    assert len(runs.split(", ")) == REHEARSALS  # ten minutes of room: every rehearsal
+    written = read_written(spark, ws)
+    runs = rehearse_tail(spark, ws, tail, slots=1, written=written)
+    assert len(runs) == REHEARSALS and all(r > 0 for r in runs)  # ten minutes of room: every rehearsal
+    printed = capsys.readouterr().out.split("rehearsed on unit")[1].split(" in ")[1].split(" s")[0]
+    assert printed == ", ".join(f"{r:.2f}" for r in runs)
+    assert len(rehearse_tail(spark, ws, tail, written=written, rehearsals=1)) == 1  # what is left of them
+    # Before a batch the tail runs ahead of the last, the room is before that batch's input.
+    assert rehearse_tail(spark, ws, tail, written=written, until=time.time()) == []
     assert sorted(str(p) for p in tmp_path.rglob("*") if "_turns" not in p.parts) == \
         [p for p in before if "_turns" not in p]
     assert ws.store.cost_history(query=qid) == history and ws.manifest() is None
     assert not os.path.exists(ws.result_uri)
     near = tail.with_(ready_ts=time.time() + REHEARSAL_ROOM * 1.0 / 2.0 - 0.1)  # expected: 1.0 / cost_scale
-    assert rehearse_tail(spark, ws, near) is None
+    assert rehearse_tail(spark, ws, near) == []
