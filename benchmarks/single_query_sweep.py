@@ -1,8 +1,10 @@
 """The paper's figure 6 on Spark: one query at a time, its deadline swept from 1 D down to 0.1 D.
 
 Each query runs alone through a real Airflow (scheduler, triggerer, LocalExecutor) on the
-shared Spark Connect server, its window's units landing at a fixed rate, at deadlines of
-f x D after the window's end for each f of the sweep. D is the query's one-batch cost on
+shared Spark Connect server, its window's units landing at a fixed rate (the last one
+``vs_streaming.LAST_UNIT_EARLY_S`` before the window's end, as there: one landing with the
+end races the last batch's claim), at deadlines of f x D after the window's end for each f
+of the sweep. D is the query's one-batch cost on
 this deployment, measured as in ``benchmarks/vs_streaming.py``: the server is warmed, the
 query is calibrated, and a reference run plans the query's window as one batch
 (``mode="one_batch"``, ``tail_lead=0``: nothing runs before the window's end) with every
@@ -47,7 +49,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from airflow_iqp.inputs.profiles import arrival_offsets  # noqa: E402
 from airflow_iqp.window.config import window_id  # noqa: E402
 from airflow_iqp.spark import connect  # noqa: E402
 from airflow_iqp.store import WindowState, open_store  # noqa: E402
@@ -55,7 +56,7 @@ from vs_streaming import COST_SCALE as VS_COST_SCALE  # noqa: E402
 from vs_streaming import (  # noqa: E402
     REFERENCE_PUBLISH_S, REFERENCE_WINDOW_S, RESULTS, airflow_config, calibrate_queries,
     calibrated_one_batch, check_results, failure_detail, iqp_env, one_batch_seconds, prepare_data, queue_leads, say,
-    start_replay, start_server, window_outcome,
+    start_replay, start_server, window_arrivals, window_outcome,
 )
 
 BACKEND = "spark-connect"
@@ -201,7 +202,7 @@ def sweep(ctx) -> list[dict]:
         d = ctx["D"][q]
         for f in ctx["fracs"]:
             windows.append({"name": f"{q}_{f}D", "query": q, "frac": f, "window_s": ctx["window"], "mode": "plan",
-                            "arrivals": arrival_offsets("fixed", ctx["rate"], ctx["units"], ctx["window"]),
+                            "arrivals": window_arrivals(ctx, ctx["window"]),
                             "deadline": f * d, "tail_lead": queue_leads({q: f * d}, BACKEND)[q],
                             "deadline_budget": max(d, 2.0)})
     runs = run_windows(ctx, "sweep", windows, reference=False)
