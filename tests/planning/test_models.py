@@ -85,6 +85,18 @@ def test_final_agg_only_when_more_than_one_batch():
     assert pw.cost(1) == 0 and pw.cost(2) == 1 and pw.cost(6) == 3 and pw.cost(12) == 6
 
 
+def test_a_merge_of_more_partials_than_measured_grows_at_least_at_the_mean_slope():
+    """Calibrated merges of 1-5 partials, the last measured cheaper than the one before it:
+    the fit pools them flat at the end, and 50 partials must still cost more than 5."""
+    fit = fit_piecewise_linear([(1, 0.42), (2, 0.45), (4, 0.60), (5, 0.54)], max_pieces=3)
+    agg = PiecewiseLinearFinalAgg(fit.points, merge_single=True)
+    assert agg.cost(5) == agg.cost(4) == pytest.approx(0.57)  # pooled: a flat last piece
+    mean = (0.57 - 0.42) / 4
+    assert agg.cost(50) == pytest.approx(0.57 + 45 * mean) and agg.cost(6) > agg.cost(5)
+    steep = PiecewiseLinearFinalAgg(((1.0, 1.0), (2.0, 1.1), (3.0, 2.1)))  # its last piece is steeper
+    assert steep.cost(5) == pytest.approx(4.1)
+
+
 def test_fixed_rate_arrival():
     a = FixedRate(rate=2.0, total=10, start=1.0)
     assert a.time_of(1) == 1.0 and a.time_of(10) == 5.5

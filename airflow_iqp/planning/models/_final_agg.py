@@ -50,10 +50,13 @@ class LinearFinalAgg:
 class PiecewiseLinearFinalAgg:
     """Seconds to merge ``k`` partials, linear between ``(batches, seconds)`` points.
 
-    Held constant below the first point and extended along the last piece above the
-    last one. Zero for ``k <= 1``, unless ``merge_single`` (the final step runs even for a
-    single batch; ``k = 1`` then costs the curve's value). ``shared_startup`` as for
-    :class:`LinearFinalAgg`.
+    Held constant below the first point. Above the last one it grows along the last piece,
+    or along the mean slope from the first point to the last where that is steeper: a fit
+    of noisy merges is pooled into a non-decreasing one (:func:`fit_piecewise_linear`) and
+    often ends in a flat piece, and a merge of many more partials than were measured must
+    not cost what the largest measured one did. Zero for ``k <= 1``, unless
+    ``merge_single`` (the final step runs even for a single batch; ``k = 1`` then costs the
+    curve's value). ``shared_startup`` as for :class:`LinearFinalAgg`.
     """
 
     points: tuple[tuple[float, float], ...]
@@ -73,6 +76,9 @@ class PiecewiseLinearFinalAgg:
         pts = self.points
         if len(pts) == 1 or k <= pts[0][0]:
             y = pts[0][1]
+        elif k > pts[-1][0]:
+            (x0, y0), (x1, y1), (xf, yf) = pts[-2], pts[-1], pts[0]
+            y = y1 + max((y1 - y0) / (x1 - x0), (y1 - yf) / (x1 - xf)) * (k - x1)
         else:
             i = min(max(bisect.bisect_right(self._xs, k), 1), len(pts) - 1)
             (x0, y0), (x1, y1) = pts[i - 1], pts[i]
