@@ -159,9 +159,8 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
                       flush=True)
                 continue
             if not tail.members:  # in the wait for this batch's input: fold what is written, rehearse
-                until = room_until(tail, entry.ready_ts)
-                ahead[0] = read_written(spark, ws, ahead[0], until=until)
-                rehearsed += rehearse_tail(spark, ws, tail, slots, ahead[0], until=until,
+                ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail, entry.ready_ts))
+                rehearsed += rehearse_tail(spark, ws, tail, slots, ahead[0], before=entry.ready_ts,
                                            rehearsals=REHEARSALS - len(rehearsed))
             _run_batch_in_turn(spark, ws, entry, slots, backend, history, stop, kept)
         if not tail.members:
@@ -228,8 +227,8 @@ REHEARSALS = 3
 def room_until(tail: Batch, before: float | None = None) -> float:
     """Until when a fused tail has room for a job before its last batch (:data:`REHEARSAL_ROOM`),
     or before ``before`` (the input of a batch it runs ahead of the last being due)."""
-    return min(tail.ready_ts, tail.ready_ts if before is None else before) \
-        - REHEARSAL_ROOM * tail.remaining_cost / tail.cost_scale
+    end = tail.ready_ts if before is None else min(before, tail.ready_ts)
+    return end - REHEARSAL_ROOM * tail.remaining_cost / tail.cost_scale
 
 
 def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, windows: dict, written: dict) -> dict:
@@ -301,11 +300,11 @@ def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, wind
 
 
 def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, written: dict | None = None, *,
-                  until: float | None = None, rehearsals: int = REHEARSALS) -> list[float]:
+                  before: float | None = None, rehearsals: int = REHEARSALS) -> list[float]:
     """Run the fused tail's plan before the window's end, on one unit the window's batches
     have claimed, merged with the ``written`` partials, and throw the result away; up to
-    ``rehearsals`` times, while one as long as the last ends in time: by :func:`room_until`,
-    or by ``until`` (before a batch the tail runs ahead of the last).
+    ``rehearsals`` times, while one as long as the last ends in time (:func:`room_until`,
+    also before ``before``: the input of a batch the tail runs ahead of the last being due).
 
     The tail after the window's end is then a later run of that plan: its code is
     generated and the JVM has compiled its hot paths. On a warm local Connect server, in a
@@ -318,7 +317,7 @@ def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, written: 
     claim, metrics or cost history. A failure is printed and ignored: the tail meets the
     same error, if it is one, and reports it. Returns each run's seconds.
     """
-    until = room_until(tail) if until is None else min(until, room_until(tail))
+    until = room_until(tail, before)
     claims = [c for c in ws.claims().values() if kept_units(c)]
     if rehearsals < 1 or not claims or time.time() >= until:
         return []

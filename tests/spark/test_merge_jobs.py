@@ -475,7 +475,7 @@ def test_a_fused_tail_rehearses_before_the_windows_end_and_leaves_no_trace(spark
     assert printed == ", ".join(f"{r:.2f}" for r in runs)
     assert len(rehearse_tail(spark, ws, tail, written=written, rehearsals=1)) == 1  # what is left of them
     # Before a batch the tail runs ahead of the last, the room is before that batch's input.
-    assert rehearse_tail(spark, ws, tail, written=written, until=time.time()) == []
+    assert rehearse_tail(spark, ws, tail, written=written, before=time.time()) == []
     assert sorted(str(p) for p in tmp_path.rglob("*") if "_turns" not in p.parts) == \
         [p for p in before if "_turns" not in p]
     assert ws.store.cost_history(query=qid) == history and ws.manifest() is None
