@@ -46,7 +46,7 @@ def test_capacity_is_the_largest_batch_that_fits(raw, d):
 def test_piecewise_cost_interpolates_and_extends():
     c = PiecewiseLinearCost(((10.0, 20.0), (20.0, 25.0), (40.0, 30.0)))
     assert c.cost(15) == pytest.approx(22.5)
-    assert c.cost(60) == pytest.approx(35.0)       # last piece extended
+    assert c.cost(60) == pytest.approx(30 + 20 * 10 / 30)  # beyond: the mean slope, steeper than the last piece
     assert c.overhead == pytest.approx(15.0)       # first piece extended to zero units
     assert c.cost(1) == pytest.approx(15.5)
     assert c.capacity(22.5) == 15
@@ -95,6 +95,19 @@ def test_a_merge_of_more_partials_than_measured_grows_at_least_at_the_mean_slope
     assert agg.cost(50) == pytest.approx(0.57 + 45 * mean) and agg.cost(6) > agg.cost(5)
     steep = PiecewiseLinearFinalAgg(((1.0, 1.0), (2.0, 1.1), (3.0, 2.1)))  # its last piece is steeper
     assert steep.cost(5) == pytest.approx(4.1)
+
+
+def test_a_batch_larger_than_measured_grows_at_least_at_the_mean_slope():
+    """Batches of 1-60 units whose fit ends flat (noise pooled): a batch of 120 must cost
+    more than one of 60, and capacity inverts that; a last piece steeper than the mean
+    slope is extended as it is."""
+    fit = fit_piecewise_linear([(1, 1.0), (20, 1.6), (40, 2.3), (60, 2.1)])
+    assert fit.cost(60) == fit.cost(40) == pytest.approx(2.2)  # pooled: a flat last piece
+    mean = (2.2 - 1.0) / 59
+    assert fit.cost(120) == pytest.approx(2.2 + 60 * mean) and fit.cost(61) > fit.cost(60)
+    assert fit.capacity(fit.cost(120)) == 120 and fit.capacity(2.2 + 1e-9) == 60
+    steep = PiecewiseLinearCost(((1.0, 1.0), (2.0, 1.1), (3.0, 2.1)))
+    assert steep.cost(5) == pytest.approx(4.1) and steep.capacity(4.1) == 5
 
 
 def test_fixed_rate_arrival():

@@ -81,7 +81,11 @@ class PiecewiseLinearCost:
 
     Below the first point the first piece is extended towards zero units (its value
     there is the per-batch overhead, clamped at 0); beyond the last point the last
-    piece is extended. ``cost(0)`` is 0: no batch, no cost.
+    piece is extended, or the mean slope from the first point to the last where that is
+    steeper (as :class:`~airflow_iqp.planning.models.PiecewiseLinearFinalAgg` is): a fit
+    of noisy batches is pooled into a non-decreasing one (:func:`fit_piecewise_linear`)
+    and may end flat, and a batch larger than any measured must not cost what the
+    largest measured one did. ``cost(0)`` is 0: no batch, no cost.
     """
 
     points: tuple[tuple[float, float], ...]
@@ -96,6 +100,10 @@ class PiecewiseLinearCost:
         object.__setattr__(self, "_ys", [p[1] for p in pts])
         object.__setattr__(self, "_slopes", [(pts[i + 1][1] - pts[i][1]) / (pts[i + 1][0] - pts[i][0])
                                              for i in range(len(pts) - 1)])
+        # Above the last point: None along the last piece, else the steeper mean slope
+        # (steeper by more than rounding: a straight line's mean slope is its last piece's).
+        mean = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+        object.__setattr__(self, "_beyond", mean if mean > self._slopes[-1] * (1 + 1e-9) + 1e-12 else None)
 
     @property
     def overhead(self) -> float:
@@ -108,7 +116,9 @@ class PiecewiseLinearCost:
         if i < 0:  # below the first point: the first piece, extended (clamped at 0)
             v = self._ys[0] + self._slopes[0] * (x - xs[0])
             return v if v > 0.0 else 0.0
-        if i >= len(self._slopes):  # at or beyond the last point: the last piece, extended
+        if i >= len(self._slopes):  # at or beyond the last point
+            if self._beyond is not None:
+                return self._ys[-1] + self._beyond * (x - xs[-1])
             i = len(self._slopes) - 1
         return self._ys[i] + self._slopes[i] * (x - xs[i])
 
@@ -121,11 +131,14 @@ class PiecewiseLinearCost:
             return 0
         pts, ys = self.points, self._ys
         i = bisect.bisect_right(ys, d)
-        if i == len(pts):  # beyond the last point: along the last piece
-            (x0, y0), (x1, y1) = pts[-2], pts[-1]
-            if y1 == y0:
-                return UNBOUNDED
-            x = x1 + (d - y1) * (x1 - x0) / (y1 - y0)
+        if i == len(pts):  # beyond the last point (:meth:`_at`)
+            if self._beyond is not None:
+                x = pts[-1][0] + (d - pts[-1][1]) / self._beyond
+            else:
+                (x0, y0), (x1, y1) = pts[-2], pts[-1]
+                if y1 == y0:
+                    return UNBOUNDED
+                x = x1 + (d - y1) * (x1 - x0) / (y1 - y0)
         else:  # within piece [i-1, i] (or below the first point, along the first piece)
             (x0, y0), (x1, y1) = pts[max(i - 1, 0)], pts[max(i, 1)]
             if y1 == y0:  # only below a flat first piece, which costs more than d everywhere
