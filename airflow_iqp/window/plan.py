@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
+from typing import NamedTuple
 
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.minbatch import after_end_cost, min_batch_size
@@ -99,10 +100,10 @@ def plan_window(cfg: QueryConfig, window_start: float, window_end: float, deadli
     # Queries due earlier have the cluster for ``ahead`` seconds after the window's end: this
     # window's work after its end gets what is left of the deadline.
     rel_deadline = deadline - window_start - cfg.ahead - _ahead(cfg, after)
-    plan, models, cost, agg, spec, planned = _plan(cfg, length, rel_deadline, backfill, now - window_start, busy)
+    plan, models, cost, agg, spec, planned, startup = _plan(cfg, length, rel_deadline, backfill, now - window_start,
+                                                            busy)
     models += shared + estimate
     # The entries carry the scale planned with (learned, or given) for what expects their costs.
-    startup = 0.0 if backfill or cfg.mode == "one_batch" else tail_startup(planned, cost)
     batches = batch_entries(planned, plan, window_start, window_end, deadline, backfill, known or backfill,
                             tail_startup_s=startup)
     if cfg.mode == "dynamic" and not backfill:
@@ -230,18 +231,30 @@ def _checkpoint_entries(entries: list[Batch], window_start: float, window_end: f
     return [replace(e, index=i, of=len(ordered), label=label(i, e)) for i, e in enumerate(ordered, start=1)]
 
 
+class _Planned(NamedTuple):
+    """What :func:`_plan` gives :func:`plan_window`."""
+
+    plan: Plan
+    models: str  #: where the models came from
+    cost: CostModel
+    agg: FinalAggCost
+    spec: PlanSpec  #: what it was planned from (``airflow-iqp plan --window`` plans it again)
+    cfg: QueryConfig  #: with the margins it was planned with (learned once, from the cost history)
+    #: Seconds the last batch was counted ready before the window's end: a fused tail's
+    #: start-up, paid in its lead (:func:`tail_startup`; 0 for a backfill and one batch).
+    tail_startup: float
+
+
 def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, rel_now: float,
-          busy) -> tuple[Plan, str, CostModel, FinalAggCost, PlanSpec, QueryConfig]:
-    """One query's plan on the window's axis (0 = its start), in the executor time ``busy``
-    leaves; where its models came from; the models; the spec it was planned from
-    (``airflow-iqp plan --window`` plans it again); and ``cfg`` with the margins it was
-    planned with (learned once here, from the cost history)."""
+          busy) -> _Planned:
+    """One query's plan on the window's axis (0 = its start), in the executor time ``busy`` leaves."""
     m = margins(cfg)
     cost, agg, models = cost_models(cfg, m)
     cfg = with_margins(cfg, m)[0]
     offsets = (observed_offsets(cfg) if cfg.arrival == "observed" else None) or arrival_offsets_hint(cfg, length)
     arrival = EmpiricalArrival(tuple(min(o, length) for o in offsets))
     spec = partial(PlanSpec, window_start=0.0, cost=cost, final_agg=agg, busy=busy)
+    startup = 0.0
     if backfill:
         # Everything is there: one batch, ready now. The deadline (long past for an old
         # window) is the planner's business only to say whether it is met.
@@ -261,7 +274,8 @@ def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, 
             after_end -= max(0.0, cost.cost(1) - work.cost(1))
         mb = min_batch_size(work, work_agg, cfg.units, cfg.rsf, cfg.c_max, after_end=max(after_end, 0.0),
                             max_batches=cfg.max_batches)
-        end = length + cfg.grace - tail_startup(cfg, cost)
+        startup = tail_startup(cfg, cost)
+        end = length + cfg.grace - startup
         spec = spec(window_end=end, deadline=rel_deadline, arrival=_ready_by(arrival, end), method="minbatch",
                     sizes=_minbatch_sizes(cfg, mb.size))
         models += f"; dynamic: MinBatches for rsf {cfg.rsf} and {after_end:.1f} s after the window's end" + \
@@ -276,7 +290,8 @@ def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, 
         # includes, can be over by then: to the planner the last batch is "ready" that much
         # earlier. The batch before it must then be done that long before the window's end,
         # for the final task to start in time.
-        end = length + cfg.grace - tail_startup(cfg, cost)
+        startup = tail_startup(cfg, cost)
+        end = length + cfg.grace - startup
         arrival = _ready_by(arrival, end)
         # Function 1 gives the fewest batches for linear models only: other models get the
         # exact planner, in at most MAX_UNITS planning units. (It cannot plan whole batches
@@ -289,7 +304,7 @@ def _plan(cfg: QueryConfig, length: float, rel_deadline: float, backfill: bool, 
     if cfg.mode == "dynamic" and not backfill:
         plan.extra["min_batch"] = mb.to_dict()
         plan.extra["after_end"] = after_end_cost(work, work_agg, cfg.units, mb.size)
-    return plan, models, cost, agg, spec, cfg
+    return _Planned(plan, models, cost, agg, spec, cfg, startup)
 
 
 def _ready_by(arrival: EmpiricalArrival, end: float) -> EmpiricalArrival:
