@@ -23,6 +23,18 @@ def within(t: float, limit: float) -> bool:
     return t <= limit + TIME_TOL * max(1.0, abs(limit))
 
 
+def steeper_mean_slope(pts) -> float | None:
+    """The mean slope from a piecewise model's first point to its last, where it is steeper
+    than its last piece (beyond rounding: :func:`within`), else None. Above its last point
+    such a model grows at that slope instead of along its last piece: a fit of noisy
+    measurements is pooled into a non-decreasing one and may end flat, and a batch (or a
+    merge) larger than any measured must not cost what the largest measured one did.
+    ``pts``: two or more points, x strictly increasing."""
+    (x0, y0), (xa, ya), (xb, yb) = pts[0], pts[-2], pts[-1]
+    mean, last = (yb - y0) / (xb - x0), (yb - ya) / (xb - xa)
+    return None if within(mean, last) else mean
+
+
 def check_points(points, where: str, *, x_name: str, y_name: str, strictly_increasing_x: bool,
                   min_points: int) -> tuple[tuple[float, float], ...]:
     pts = tuple((float(x), float(y)) for x, y in points)

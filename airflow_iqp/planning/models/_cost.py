@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
 from airflow_iqp.errors import ConfigError
-from airflow_iqp.planning.models._checks import UNBOUNDED, check_points, finite_nonneg, within
+from airflow_iqp.planning.models._checks import UNBOUNDED, check_points, finite_nonneg, steeper_mean_slope, within
 
 
 class CostModel(Protocol):
@@ -82,10 +82,9 @@ class PiecewiseLinearCost:
     Below the first point the first piece is extended towards zero units (its value
     there is the per-batch overhead, clamped at 0); beyond the last point the last
     piece is extended, or the mean slope from the first point to the last where that is
-    steeper (as :class:`~airflow_iqp.planning.models.PiecewiseLinearFinalAgg` is): a fit
-    of noisy batches is pooled into a non-decreasing one (:func:`fit_piecewise_linear`)
-    and may end flat, and a batch larger than any measured must not cost what the
-    largest measured one did. ``cost(0)`` is 0: no batch, no cost.
+    steeper (:func:`~airflow_iqp.planning.models._checks.steeper_mean_slope`, as for
+    :class:`~airflow_iqp.planning.models.PiecewiseLinearFinalAgg`). ``cost(0)`` is 0: no
+    batch, no cost.
     """
 
     points: tuple[tuple[float, float], ...]
@@ -100,10 +99,7 @@ class PiecewiseLinearCost:
         object.__setattr__(self, "_ys", [p[1] for p in pts])
         object.__setattr__(self, "_slopes", [(pts[i + 1][1] - pts[i][1]) / (pts[i + 1][0] - pts[i][0])
                                              for i in range(len(pts) - 1)])
-        # Above the last point: None along the last piece, else the steeper mean slope
-        # (steeper by more than rounding: a straight line's mean slope is its last piece's).
-        mean = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
-        object.__setattr__(self, "_beyond", mean if mean > self._slopes[-1] * (1 + 1e-9) + 1e-12 else None)
+        object.__setattr__(self, "_beyond", steeper_mean_slope(pts))  # None: along the last piece
 
     @property
     def overhead(self) -> float:

@@ -6,7 +6,7 @@ import bisect
 from dataclasses import dataclass
 from typing import Protocol
 
-from airflow_iqp.planning.models._checks import check_points, finite_nonneg
+from airflow_iqp.planning.models._checks import check_points, finite_nonneg, steeper_mean_slope
 
 
 class FinalAggCost(Protocol):
@@ -51,10 +51,8 @@ class PiecewiseLinearFinalAgg:
     """Seconds to merge ``k`` partials, linear between ``(batches, seconds)`` points.
 
     Held constant below the first point. Above the last one it grows along the last piece,
-    or along the mean slope from the first point to the last where that is steeper: a fit
-    of noisy merges is pooled into a non-decreasing one (:func:`fit_piecewise_linear`) and
-    often ends in a flat piece, and a merge of many more partials than were measured must
-    not cost what the largest measured one did. Zero for ``k <= 1``, unless
+    or along the mean slope from the first point to the last where that is steeper
+    (:func:`~airflow_iqp.planning.models._checks.steeper_mean_slope`). Zero for ``k <= 1``, unless
     ``merge_single`` (the final step runs even for a single batch; ``k = 1`` then costs the
     curve's value). ``shared_startup`` as for :class:`LinearFinalAgg`.
     """
@@ -68,6 +66,7 @@ class PiecewiseLinearFinalAgg:
                             strictly_increasing_x=True, min_points=1)
         object.__setattr__(self, "points", pts)
         object.__setattr__(self, "_xs", [p[0] for p in pts])
+        object.__setattr__(self, "_beyond", steeper_mean_slope(pts) if len(pts) > 1 else None)
         finite_nonneg(self.shared_startup, "final_agg.shared_startup")
 
     def cost(self, k: int) -> float:
@@ -77,8 +76,8 @@ class PiecewiseLinearFinalAgg:
         if len(pts) == 1 or k <= pts[0][0]:
             y = pts[0][1]
         elif k > pts[-1][0]:
-            (x0, y0), (x1, y1), (xf, yf) = pts[-2], pts[-1], pts[0]
-            y = y1 + max((y1 - y0) / (x1 - x0), (y1 - yf) / (x1 - xf)) * (k - x1)
+            (x0, y0), (x1, y1) = pts[-2], pts[-1]
+            y = y1 + (self._beyond if self._beyond is not None else (y1 - y0) / (x1 - x0)) * (k - x1)
         else:
             i = min(max(bisect.bisect_right(self._xs, k), 1), len(pts) - 1)
             (x0, y0), (x1, y1) = pts[i - 1], pts[i]
