@@ -482,3 +482,85 @@ def test_a_fused_tail_rehearses_before_the_windows_end_and_leaves_no_trace(spark
     assert not os.path.exists(ws.result_uri)
     near = tail.with_(ready_ts=time.time() + REHEARSAL_ROOM * 1.0 / 2.0 - 0.1)  # expected: 1.0 / cost_scale
     assert rehearse_tail(spark, ws, near) == []
+
+
+def _cached_nothing(spark) -> bool:
+    return spark._jsparkSession.sharedState().cacheManager().isEmpty()
+
+
+def test_held_statics_serve_the_version_held_let_go_after_and_never_stand_in_for_a_changed_table(
+        spark, tmp_path, monkeypatch):
+    """``held_statics`` holds a static table in the session: a step in the context reads the
+    rows held even after the files change; after it, nothing is cached and the files are
+    read. A table held by a session that never let go (a killed task on a Connect server)
+    is not read in place of the table once its files changed. Too large a table, or no
+    room before ``until``, is read from its files."""
+    import time
+
+    from airflow_iqp.spark import steps
+    from airflow_iqp.spark.steps import held_statics, read_static
+
+    static = tmp_path / "static"
+    static.mkdir()
+
+    def write_dim(n: int) -> None:
+        pq.write_table(pa.table({"d_key": list(range(n)), "d_name": [f"name {i}" for i in range(n)]}),
+                       static / "dim.parquet")
+
+    write_dim(3)
+    spark.catalog.clearCache()  # what earlier tests in this session left
+    with held_statics(spark, ["dim"], str(static)) as held:
+        assert not isinstance(held["dim"], str) and not _cached_nothing(spark)
+        write_dim(5)
+        assert read_static(spark, held, "dim").count() == 3  # the version held
+    assert _cached_nothing(spark)
+    assert read_static(spark, str(static), "dim").count() == 5
+
+    leaked = held_statics(spark, ["dim"], str(static))
+    leaked.__enter__()  # holds the 5-row version and never lets go
+    write_dim(7)
+    with held_statics(spark, ["dim"], str(static)) as held:
+        assert read_static(spark, held, "dim").count() == 7
+    leaked.__exit__(None, None, None)
+    assert _cached_nothing(spark)
+
+    with held_statics(spark, ["dim"], str(static), until=time.time() - 1) as held:
+        assert held == str(static) and _cached_nothing(spark)
+    monkeypatch.setattr(steps, "HOLD_STATIC_MAX_BYTES", 1)
+    with held_statics(spark, ["dim"], {"dim": str(static / "dim.parquet")}) as held:
+        assert held == {"dim": str(static / "dim.parquet")} and _cached_nothing(spark)
+
+
+def test_a_fused_tail_reads_its_static_tables_held_and_lets_go_of_them(spark, units, tpch_dir, tmp_path, capsys):
+    """``run_tail`` of a query that joins a static table (Q3: customer) holds it from its
+    start, rehearses and runs its last batch and merge on it, writes the result DuckDB
+    gives, and leaves nothing cached in the session."""
+    import time
+
+    from airflow_iqp.spark.tail import run_tail
+    from tests.support.batches import make_batch
+
+    qid, static = "q3", str(tpch_dir / "static")
+    query = get_query(qid)
+    assert query.static == ("customer",)
+    landing, state = tmp_path / "landing", tmp_path / "state"
+    landing.mkdir()
+    for u in units:
+        shutil.copytree(u, landing / u.name)
+    spark.catalog.clearCache()  # what earlier tests in this session left
+    ws = tpch_window(state, qid, "w")
+    chunks = split_consecutive(units, 3)
+    for b, chunk in enumerate(chunks[:2], start=1):
+        ws.claim(b, [u.name for u in chunk], tpch_files(chunk, query.streams))
+        execute_batch(spark, batch_work(ws, b, static), backend=BACKEND)
+    tail = make_batch(query=qid, window_id="w", index=3, of=3, units=len(chunks[2]), cumulative=len(units),
+                      expected_total=len(units), last=True, ready_ts=time.time() + 8, latest_start_ts=time.time() + 600,
+                      deadline_ts=time.time() + 600, landing=str(landing), state_dir=str(state), static=static,
+                      cost=0.5, remaining_cost=1.0, cost_scale=1.0, label="batch 3/3")
+    manifest = run_tail(spark, ws, tail, slots=1, backend=BACKEND)
+    out = capsys.readouterr().out
+    assert "static table customer" in out and "held in the session" in out and "rehearsed on unit" in out
+    assert manifest["batches"] == [1, 2, 3] and manifest["units"] == [u.name for u in units]
+    cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
+    assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="tail with customer held")
+    assert _cached_nothing(spark)
