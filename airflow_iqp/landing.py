@@ -68,7 +68,7 @@ def _fs(path: str | os.PathLike):
     return fsspec.core.url_to_fs(str(path))
 
 
-def entry_mtime(entry: Mapping) -> float:
+def _mtime(entry: Mapping) -> float:
     """An fsspec listing entry's last change, in epoch seconds (``mtime``, object stores'
     ``LastModified`` / ``last_modified`` / ``updated``)."""
     for key in ("mtime", "LastModified", "last_modified", "updated", "created"):
@@ -146,7 +146,7 @@ def _entries(path: str, wanted=None, span: tuple[float, float] | None = None) ->
         is_dir = e["type"] == "directory"
         if wanted is not None and not wanted(base, is_dir):
             continue
-        mtime = entry_mtime(e)
+        mtime = _mtime(e)
         if (span is None or span[0] <= mtime < span[1]) and _safe(root, base):
             out.append(_Entry(base, fs.unstrip_protocol(full), is_dir, mtime))
     return out

@@ -78,7 +78,7 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
             counts = [i.rows for i, _t in parts]
             rows_in = None if None in counts else sum(counts)
         out = execute_final(spark, windows[m], backend=backend, history=history, tail=tail, quarantined=bad,
-                            tail_rows_in=rows_in, written=(written or {}).get(m), static=static)
+                            tail_rows_in=rows_in, written=(written or {}).get(m))
         print(f"airflow-iqp final_job: {m}: wrote {out['result']} in {time.time() - started[m]:.2f} s"
               + (f" (its step on batches {list(todo[m])})" if len(todo[m]) > 1 else ""), flush=True)
         return out

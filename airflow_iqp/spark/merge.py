@@ -99,7 +99,7 @@ def merge_rows_estimate(ws: WindowState, partials: list[str], tail_rows_in: int 
 
 def execute_final(spark, ws: WindowState, *, backend: str, expect_units: int | None = None, history: bool = True,
                   tail: tuple[int, object] | None = None, written: dict | None = None,
-                  quarantined: list[dict] | None = None, tail_rows_in: int | None = None, static=None) -> dict:
+                  quarantined: list[dict] | None = None, tail_rows_in: int | None = None) -> dict:
     """Merge a window's partials into its result; return the result manifest.
 
     ``tail``: ``(batch, partial DataFrame)`` of a claimed batch whose partial is not written
@@ -110,9 +110,7 @@ def execute_final(spark, ws: WindowState, *, backend: str, expect_units: int | N
     ``tail`` only, and only if they are still the window's partials). ``quarantined``:
     the tail batch's units found bad in it; the claims' and the written batches' are in
     their claims and metrics. The manifest lists them all (:func:`quarantined_units`),
-    its ``units`` none of them. ``static``: where the static tables joined above the
-    aggregations are read from (a fused tail's, some held: ``steps.held_statics``);
-    default: the saved query's.
+    its ``units`` none of them.
     """
     saved = load_query(ws.query_id, ws.store)
     query = saved.query
@@ -122,11 +120,11 @@ def execute_final(spark, ws: WindowState, *, backend: str, expect_units: int | N
     rows_estimate = merge_rows_estimate(ws, paths, tail_rows_in, tail=bool(tail))
     with StepMeter(spark) as meter:
         if tail:
-            df = run_final(spark, saved, _ahead_or_paths(written, ws, paths), also=tail[1], static=static)
+            df = run_final(spark, saved, _ahead_or_paths(written, ws, paths), also=tail[1])
         elif paths:
-            df = run_final(spark, saved, paths, static=static)
+            df = run_final(spark, saved, paths)
         else:  # an empty window: nothing landed, every batch skipped
-            df = run_final(spark, saved, [], also=empty_partial(spark, saved, ws), static=static)
+            df = run_final(spark, saved, [], also=empty_partial(spark, saved, ws))
         result = ws.write_result(parquet_writer(df, rows_estimate))
     bad = quarantined_units(ws, cover["batches"], quarantined)
     out = {q["unit"] for q in bad}

@@ -8,16 +8,12 @@ Spark reads them, so a corrupt file or a wrong schema fails with a message namin
 
 from __future__ import annotations
 
-import hashlib
 import os
-import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from airflow_iqp.errors import ConfigError, DataError
 from airflow_iqp.filecheck import Inspection, inspect_files
-from airflow_iqp.landing import entry_mtime
 from airflow_iqp.query.model import Query
 from airflow_iqp.query.store import Saved, catalogued
 from airflow_iqp.paths import check_name, is_local, local_path, make_dirs
@@ -52,93 +48,12 @@ def static_path(static, table: str) -> str:
 
 
 def read_static(spark, static, table: str):
-    """Static table ``table`` from ``static`` (:func:`static_path`): a DataFrame held in the
-    session for it (:func:`held_statics`), else read from its files."""
-    if isinstance(static, Mapping) and table in static and not isinstance(static[table], (str, os.PathLike)):
-        return static[table]
     path = static_path(static, table)
     if is_local(path) and not os.path.exists(local_path(path)):
         raise DataError(f"{path}: static table {table} does not exist")
     fmt = next((f for f in ("csv", "json", "orc") if path.endswith("." + f)), "parquet")
     reader = spark.read.format(fmt)
     return (reader.option("header", "true").option("inferSchema", "true") if fmt == "csv" else reader).load(path)
-
-
-#: A fused tail holds a static table in its session's memory (:func:`held_statics`) only if
-#: its files come to at most this many bytes: a dimension table that the last batch joins
-#: after the window's end, where reading it again from its files is a large part of the
-#: tail (TPC-H SF 1's customer table, 13 MB of parquet, in Q3's and Q10's tails). A larger
-#: table is read from its files, as every batch reads it.
-HOLD_STATIC_MAX_BYTES = 32 * 2**20
-
-
-def static_version(path: str) -> tuple[str, int]:
-    """A static table's version, and its size in bytes: a digest of each of its files' name,
-    size and last change (the file at ``path``, or every file under the directory)."""
-    import fsspec
-
-    fs, root = (fsspec.filesystem("file"), local_path(path)) if is_local(path) else fs_and_path(path)
-    found = fs.find(root, withdirs=False, detail=True)
-    entries = sorted((name, int(info.get("size") or 0), entry_mtime(info)) for name, info in found.items())
-    return hashlib.sha256(repr(entries).encode()).hexdigest()[:16], sum(size for _n, size, _m in entries)
-
-
-@contextmanager
-def held_statics(spark, names: Sequence[str], static, until: float | None = None) -> Iterator:
-    """``static`` (as :func:`read_static` takes it) with each of the static tables ``names``
-    of at most :data:`HOLD_STATIC_MAX_BYTES` held in the session's memory while the context
-    lasts: computed now, read from its files once; each step and merge in the context that
-    joins it reads the held rows. Nothing is held if it is ``until`` (Unix seconds) or later,
-    or if ``static`` is None (a query without static tables).
-
-    A held table is the version its files had when it was read: a window's fused tail
-    holds it from its start, before the window's end, to its result. Its plan carries
-    that version (:func:`static_version`), so a table held by a session that was killed
-    before it let go (on a Connect server, whose memory outlives the session) is read
-    again only by a read of the same version, never in place of a changed table. A table
-    that cannot be held (its files cannot be listed or read) is read from its files, where
-    the step reports what is wrong.
-    """
-    from pyspark.sql import functions as F
-
-    held: dict = {}
-    if static is not None and names and (until is None or time.time() < until):
-        for table in dict.fromkeys(names):
-            df = None
-            try:
-                path = static_path(static, table)
-                version, size = static_version(path)
-                if size > HOLD_STATIC_MAX_BYTES:
-                    continue
-                df = read_static(spark, static, table).where(F.lit(version).isNotNull()).cache()
-                df.count()  # read now, before the window's end
-            except Exception as exc:  # noqa: BLE001 - holding only saves reading it again; the step reads the files
-                print(f"airflow-iqp: static table {table} is read from its files, not held: "
-                      f"{type(exc).__name__}: {exc}", flush=True)
-                _let_go(table, df)
-            else:
-                held[table] = df
-                print(f"airflow-iqp: static table {table} ({size / 2**20:.1f} MiB of files) held in the session",
-                      flush=True)
-    if not held:
-        yield static
-        return
-    paths = dict(static) if isinstance(static, Mapping) else {t: static_path(static, t) for t in names}
-    try:
-        yield paths | held
-    finally:
-        for table, df in held.items():
-            _let_go(table, df)
-
-
-def _let_go(table: str, df) -> None:
-    """Free the memory :func:`held_statics` held ``table`` in (``df``; None: nothing held)."""
-    if df is None:
-        return
-    try:
-        df.unpersist()
-    except Exception as exc:  # noqa: BLE001 - a session that is gone holds nothing
-        print(f"airflow-iqp: static table {table}: letting go of it failed: {type(exc).__name__}: {exc}", flush=True)
 
 
 def as_saved(query: Saved | str) -> Saved:

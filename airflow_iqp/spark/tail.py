@@ -28,7 +28,7 @@ from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.batch import batch_work, execute_batch, read_shared
 from airflow_iqp.spark.group_tail import execute_group_tail
 from airflow_iqp.spark.merge import execute_final, merge_rows_estimate
-from airflow_iqp.spark.steps import held_statics, parquet_writer, partial_of, run_batch, run_final
+from airflow_iqp.spark.steps import parquet_writer, partial_of, run_batch, run_final
 from airflow_iqp.store import WindowState
 from airflow_iqp.streams import stream_of
 from airflow_iqp.window.batch import Batch
@@ -120,7 +120,7 @@ def execute_tail(spark, ws: WindowState, tail_batch: int | None, static: str | d
         tail, bad = (tail_batch, run_batch(spark, saved, files, static, inspection=inspection)), inspection.quarantined
         rows_in = inspection.rows
     return execute_final(spark, ws, backend=backend, history=history, tail=tail, written=written, quarantined=bad,
-                         tail_rows_in=rows_in, static=static)
+                         tail_rows_in=rows_in)
 
 
 def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: str, history: bool = True) -> dict:
@@ -143,23 +143,10 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
     deadline first; with a gate the turn is its, and the last batch's ``turn_ts``
     (``ahead``) does not hold it back as well. A retry re-reads every claim and skips a
     partial already written.
-
-    The static tables its queries join are held in the session from its start, while
-    there is room (:func:`~airflow_iqp.spark.steps.held_statics`): its rehearsals and the
-    last batch's steps and merges read them from memory. The batches before the last read
-    them from their files, as every batch does, so that the costs they record are a
-    batch's costs.
     """
     spark.range(1).collect()  # the session's first query pays its set-up: not after the window's end
     if slots > 0:
         tail = tail.with_(turn_ts=0.0)
-    names = [t for q in (tail.members or (ws.query_id,)) for t in load_query(q, ws.store).query.static]
-    with held_statics(spark, names, tail.static or None, until=room_until(tail)) as static:
-        return _run_tail(spark, ws, tail, slots, backend, history, static)
-
-
-def _run_tail(spark, ws: WindowState, tail: Batch, slots: int, backend: str, history: bool, static) -> dict:
-    """:func:`run_tail` in its session, reading the static tables from ``static`` (some held)."""
     kept: dict = {}  # a group's batch handed over: its units, cached for the tail
     # A group's batch hands its members left over to the tail once the last batch may claim.
     stop = (lambda: batch_ready(tail, time.time()) is not None) if tail.members else None
@@ -174,10 +161,10 @@ def _run_tail(spark, ws: WindowState, tail: Batch, slots: int, backend: str, his
             if not tail.members:  # in the wait for this batch's input: fold what is written, rehearse
                 ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail, entry.ready_ts))
                 rehearsed += rehearse_tail(spark, ws, tail, slots, ahead[0], before=entry.ready_ts,
-                                           rehearsals=REHEARSALS - len(rehearsed), static=static)
+                                           rehearsals=REHEARSALS - len(rehearsed))
             _run_batch_in_turn(spark, ws, entry, slots, backend, history, stop, kept)
         if not tail.members:
-            return _last_batch(spark, ws, tail, slots, backend, history, ahead, REHEARSALS - len(rehearsed), static)
+            return _last_batch(spark, ws, tail, slots, backend, history, ahead, REHEARSALS - len(rehearsed))
     finally:
         release(ahead[0])
     if tail.members:
@@ -194,11 +181,11 @@ def _run_tail(spark, ws: WindowState, tail: Batch, slots: int, backend: str, his
         try:
             for m, w in windows.items():
                 written[m] = read_written(spark, w, until=room_until(tail))
-            rehearse_group_tail(spark, ws, tail, slots, windows, written, static=static)
+            rehearse_group_tail(spark, ws, tail, slots, windows, written)
             claim = wait_and_claim(tail, sleep=read_again)
             print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
             with cluster_turn(tail, slots, planned=tail.remaining_cost):
-                return execute_group_tail(spark, ws, tail.index, tail.members, static, backend=backend,
+                return execute_group_tail(spark, ws, tail.index, tail.members, tail.static or None, backend=backend,
                                           history=history, before=tuple(e.index for e in tail.before), kept=kept,
                                           written=written, due=tail.member_due(), scale=tail.cost_scale)
         finally:
@@ -207,12 +194,12 @@ def _run_tail(spark, ws: WindowState, tail: Batch, slots: int, backend: str, his
 
 
 def _last_batch(spark, ws: WindowState, tail: Batch, slots: int, backend: str, history: bool, ahead: list,
-                rehearsals: int, static) -> dict:
+                rehearsals: int) -> dict:
     """A single query's last batch in its fused tail (:func:`run_tail`): fold, rehearse up to
     ``rehearsals`` times, wait folding, claim, run it with the merge. ``ahead[0]`` is the
     folded state (:func:`read_written`), kept there for the caller to release."""
     ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail))
-    rehearse_tail(spark, ws, tail, slots, ahead[0], rehearsals=rehearsals, static=static)
+    rehearse_tail(spark, ws, tail, slots, ahead[0], rehearsals=rehearsals)
 
     def sleep(seconds: float) -> None:  # while it waits: fold the partials again when they change
         t0 = time.time()
@@ -223,7 +210,8 @@ def _last_batch(spark, ws: WindowState, tail: Batch, slots: int, backend: str, h
     print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
     # The turn lasts through the merge: the tail holds the cluster until the result is written.
     with cluster_turn(tail, slots, planned=tail.remaining_cost):
-        return execute_tail(spark, ws, tail.index, static, backend=backend, history=history, written=ahead[0])
+        return execute_tail(spark, ws, tail.index, tail.static or None, backend=backend, history=history,
+                            written=ahead[0])
 
 
 #: A fused tail rehearses (:func:`rehearse_tail`), or folds a new partial into its state
@@ -243,8 +231,7 @@ def room_until(tail: Batch, before: float | None = None) -> float:
     return end - REHEARSAL_ROOM * tail.remaining_cost / tail.cost_scale
 
 
-def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, windows: dict, written: dict, *,
-                        static=None) -> dict:
+def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, windows: dict, written: dict) -> dict:
     """Run each member's part of a group's fused tail that is worth it
     (:func:`~airflow_iqp.window.readiness.to_rehearse`) before the window's end, earliest
     deadline first, on the units the group claimed last (as many as the last batch plans,
@@ -262,7 +249,6 @@ def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, wind
     Skipped, like :func:`rehearse_tail`, when nothing is claimed yet; nothing is recorded,
     and a failure is printed and ignored. Returns member -> seconds of those rehearsed."""
     due, scale = tail.member_due(), tail.cost_scale or 1.0
-    static = (tail.static or None) if static is None else static
     runs: dict[str, float] = {}
 
     def expected(m: str) -> float:
@@ -295,9 +281,9 @@ def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, wind
                 if not room(current):
                     break
                 t0, w = time.perf_counter(), written.get(current)
-                part = partial_of(spark, saved[current], read[1], static)
+                part = partial_of(spark, saved[current], read[1], tail.static or None)
                 rows = merge_rows_estimate(windows[current], list(w["dirs"]) if w else [], read[0].rows, tail=True)
-                _merge_into_scratch(spark, windows[current], saved[current], w, part, rows, static)
+                _merge_into_scratch(spark, windows[current], saved[current], w, part, rows)
                 runs[current] = time.perf_counter() - t0
     except Exception as exc:  # noqa: BLE001 - a rehearsal only warms the session; the tail reports errors
         print(f"airflow-iqp final_job: {tail.label}: rehearsal failed, ignored: {type(exc).__name__}: {exc}",
@@ -314,7 +300,7 @@ def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, wind
 
 
 def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, written: dict | None = None, *,
-                  before: float | None = None, rehearsals: int = REHEARSALS, static=None) -> list[float]:
+                  before: float | None = None, rehearsals: int = REHEARSALS) -> list[float]:
     """Run the fused tail's plan before the window's end, on one unit the window's batches
     have claimed, merged with the ``written`` partials, and throw the result away; up to
     ``rehearsals`` times, while one as long as the last ends in time (:func:`room_until`,
@@ -332,7 +318,6 @@ def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, written: 
     same error, if it is one, and reports it. Returns each run's seconds.
     """
     until = room_until(tail, before)
-    static = (tail.static or None) if static is None else static
     claims = [c for c in ws.claims().values() if kept_units(c)]
     if rehearsals < 1 or not claims or time.time() >= until:
         return []
@@ -348,8 +333,8 @@ def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, written: 
             runs: list[float] = []
             while len(runs) < rehearsals and (not runs or time.time() + runs[-1] < until):
                 t0 = time.perf_counter()
-                part = run_batch(spark, saved, files, static, inspection=inspection)
-                _merge_into_scratch(spark, ws, saved, written, part, rows, static)
+                part = run_batch(spark, saved, files, tail.static or None, inspection=inspection)
+                _merge_into_scratch(spark, ws, saved, written, part, rows)
                 runs.append(time.perf_counter() - t0)
     except Exception as exc:  # noqa: BLE001 - a rehearsal only warms the session; the tail reports errors
         print(f"airflow-iqp final_job: {tail.label}: rehearsal failed, ignored: {type(exc).__name__}: {exc}",
@@ -362,12 +347,11 @@ def rehearse_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, written: 
     return runs
 
 
-def _merge_into_scratch(spark, ws: WindowState, saved, written: dict | None, part, rows: int | None,
-                        static=None) -> None:
+def _merge_into_scratch(spark, ws: WindowState, saved, written: dict | None, part, rows: int | None) -> None:
     """A rehearsal's run of a fused tail's last step: ``part`` merged with the ``written``
     partials (:func:`read_written`'s) into a result of about ``rows`` rows, written to the
     window's scratch directory and removed."""
-    df = run_final(spark, saved, written["df"] if written else [], also=part, static=static)
+    df = run_final(spark, saved, written["df"] if written else [], also=part)
     ws.write_scratch("rehearsal", parquet_writer(df, rows))
     ws.remove_scratch("rehearsal")
 
