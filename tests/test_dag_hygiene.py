@@ -34,7 +34,7 @@ def test_example_dags_import_without_errors(home):
     assert cli_json(home, "dags", "list-import-errors", "--local") == []
 
 
-def test_every_example_parses_in_under_a_second(home):
+def test_every_example_is_one_dag_per_query(home):
     report = cli_json(home, "dags", "report")
     files = {r["file"]: r for r in report}
     assert set(files) == {"iqp_cq2.py", "iqp_catalogue.py", "iqp_revenue.py"}
@@ -43,9 +43,19 @@ def test_every_example_parses_in_under_a_second(home):
 
     # one DAG per catalogued query, and the user's own SQL over a non-TPC-H stream
     assert dags == sorted([f"iqp_{q}" for q in list_queries()] + ["iqp_revenue_by_country"])
-    for name, r in files.items():
-        h, m, s = r["duration"].split(":")
-        assert float(h) * 3600 + float(m) * 60 + float(s) < 1.0, (name, r["duration"])
+    # How long each file takes to parse is measured by benchmarks/parse_speed.py (goal < 1 s).
+
+
+def test_parsing_the_examples_starts_no_engine():
+    """A DAG file is parsed every few seconds by the DAG processor: parsing one must not load
+    Spark, DuckDB or OR-Tools (seconds of import each), only the split and the planner's inputs."""
+    code = (
+        "import runpy, sys, glob\n"
+        f"for f in sorted(glob.glob({str(ROOT / 'dags' / '*.py')!r})): runpy.run_path(f)\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pyspark', 'duckdb', 'ortools', 'pandas', 'py4j'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"
 
 
 # The plugin listing (timetable, priority strategies, deadline reference) on default
