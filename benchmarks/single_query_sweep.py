@@ -173,6 +173,9 @@ def outcome(ctx, w: dict, ws: WindowState, got: dict) -> dict:
             "last_batch_mapped_spark_seconds": last.get("wall_seconds"),
             "tail_claimed_after_window": (None if last.get("claimed_at") is None
                                           else round(last["claimed_at"] - (w["anchor_ts"] + w["window_s"]), 3)),
+            # when the tail's result was computed ahead (negative: before the window's end), or None
+            "tail_computed_ahead_after_window": (None if report.get("final_computed_ahead_ts") is None else round(
+                report["final_computed_ahead_ts"] - (w["anchor_ts"] + w["window_s"]), 3)),
             "correct": correct}
 
 
@@ -232,8 +235,8 @@ def markdown(report: dict) -> str:
              + "; ".join(f"{q} {meta['D'][q]:.2f} [{meta['D_calibrated'][q]:.2f}], "
                          f"{meta['reference'][q]['cpu_seconds']:.1f} CPU s" for q in meta["queries"]) + ".", "",
              "| query | deadline | due s | result s | met | plan feasible | batches planned / run | units per batch "
-             "| CPU x one batch | correct | last claim s | tail's Spark job s |",
-             "|---|---|---:|---:|---|---|---|---|---:|---|---:|---:|"]
+             "| CPU x one batch | correct | last claim s | tail's Spark job s | computed ahead s |",
+             "|---|---|---:|---:|---|---|---|---|---:|---|---:|---:|---:|"]
     for r in runs:
         if r.get("after_window") is None:
             lines.append(f"| {r['query']} | {r['frac']:g} D | {r['deadline_after_window']:.2f} | - | no (failed) "
@@ -245,7 +248,7 @@ def markdown(report: dict) -> str:
                      f"| {met} | {'yes' if r['plan_feasible'] else 'no'} | {r['batches_planned']} / {r['batches_run']} "
                      f"| {' '.join(str(u) for u in r['claimed_units'])} | {r['cpu_x_one_batch']:.2f} "
                      f"| {'yes' if r['correct'] else 'no'} | {fmt(r['tail_claimed_after_window'])} "
-                     f"| {fmt(r['tail_spark_seconds'])} |")
+                     f"| {fmt(r['tail_spark_seconds'])} | {fmt(r.get('tail_computed_ahead_after_window'))} |")
     s = meta["summary"]
     lines += ["", f"Met: {s['met_to_0.2D']} of {s['runs_to_0.2D']} runs from 1 D to 0.2 D; "
               f"{s['met_at_0.1D']} of {s['queries']} queries at 0.1 D. All results correct: "
@@ -254,7 +257,9 @@ def markdown(report: dict) -> str:
               "(each task's own CPU and its children's) plus the Spark Connect server's CPU over the window, "
               "over the same for the query's one-batch reference run. Last claim: when the final task claimed "
               "the last batch's units, after the window's end. Tail's Spark job: the final task's Spark wall "
-              "time for the last batch and the merge, fused in one job (its report). Each window has its own "
+              "time for the last batch and the merge, fused in one job (its report). Computed ahead: when the "
+              "tail finished computing its result before its claim, the window's count having landed (-: it did "
+              "not). Each window has its own "
               "state directory holding only the calibrated fits."]
     return "\n".join(lines) + "\n"
 

@@ -17,7 +17,7 @@ from airflow_iqp.streams import Stream
 from airflow_iqp.window.accounting import late_units
 from airflow_iqp.window.config import QueryConfig
 from airflow_iqp.window.plan import plan_window, store_plan
-from airflow_iqp.window.readiness import batch_ready, claim_batch
+from airflow_iqp.window.readiness import batch_ready, claim_batch, may_compute_ahead
 
 T0 = dt.datetime(2027, 3, 1, 9, 58, tzinfo=dt.timezone.utc).timestamp()  # windows of 2 minutes from here
 W = 120.0
@@ -187,3 +187,33 @@ def test_units_is_a_hint_the_last_batch_claims_every_file_that_arrived_past_the_
     every = sorted(u for m in claims.values() for u in m["units"])
     assert every == [f"c-{i}.csv" for i in range(7)]
     assert {"c-4.csv", "c-5.csv", "c-6.csv"} <= set(claims[last.index]["units"])
+
+
+def test_a_last_batch_may_be_computed_ahead_only_between_its_count_landing_and_its_claim(tmp_path):
+    landing = tmp_path / "landing"
+    cfg = bound(flat_cfg(tmp_path, units=8, rate=8 / W), T0, T0 + W)
+    wp = plan_window(cfg, T0, T0 + W, T0 + W + 9, now=T0)  # too tight for one batch
+    last = wp.batches[-1]
+    assert len(wp.batches) > 1
+    for i in range(7):
+        drop(landing, f"c-{i}.csv", T0 + 5 + i)
+    for b in wp.batches[:-1]:
+        claim_batch(b, now=T0 + 20)
+    assert not may_compute_ahead(last, T0 + 20)  # one unit of the count is missing
+    drop(landing, "c-7.csv", T0 + 30)
+    assert may_compute_ahead(last, T0 + 40)
+    assert not may_compute_ahead(last, last.ready_ts)  # from its ready time on, the claim decides
+    claim_batch(last, now=last.ready_ts)
+    assert not may_compute_ahead(last, T0 + 40)  # claimed: a retry runs from its claim
+
+
+def test_a_last_batch_is_not_computed_ahead_before_the_batch_before_it_has_claimed(tmp_path):
+    landing = tmp_path / "landing"
+    cfg = bound(flat_cfg(tmp_path, units=8, rate=8 / W), T0, T0 + W)
+    wp = plan_window(cfg, T0, T0 + W, T0 + W + 9, now=T0)
+    for i in range(8):
+        drop(landing, f"c-{i}.csv", T0 + 5 + i)
+    assert len(wp.batches) > 1 and not may_compute_ahead(wp.batches[-1], T0 + 20)
+    for b in wp.batches[:-1]:
+        claim_batch(b, now=T0 + 20)
+    assert may_compute_ahead(wp.batches[-1], T0 + 20)

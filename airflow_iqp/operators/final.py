@@ -213,6 +213,7 @@ class FinalOperator(OnBackend, BaseOperator):
                 "deadline_met": deadline is None or finished <= deadline, "batches": rows,
                 "final_wall_seconds": manifest.get("wall_seconds"), "final_cpu_seconds": manifest.get("cpu_seconds"),
                 "final_end_to_end_seconds": manifest.get("end_to_end_seconds"),
+                "final_computed_ahead_ts": manifest.get("computed_ahead_at"),
                 "backend": manifest.get("backend"), "task_cpu": accounting.window_task_cpu(ws),
                 "final_attempts": len(tries.get("final", [])),
                 "retried": sorted(name for name, t in tries.items() if len(t) > 1),

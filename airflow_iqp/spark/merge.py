@@ -17,7 +17,8 @@ from airflow_iqp.errors import DataError
 from airflow_iqp.filecheck import Inspection, files_to_read, kept_units
 from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.jobmetrics import StepMeter
-from airflow_iqp.spark.steps import parquet_rows, parquet_writer, run_batch, run_final
+from airflow_iqp.paths import local_path
+from airflow_iqp.spark.steps import parquet_rows, parquet_writer, run_batch, run_final, write_table
 from airflow_iqp.store import WindowState
 from airflow_iqp.window.accounting import merge_span, record_merge_cost
 
@@ -66,7 +67,7 @@ def check_coverage(ws: WindowState, expect_units: int | None = None,
     }
 
 
-def _ahead_or_paths(written: dict | None, ws: WindowState, paths: list[str]):
+def ahead_or_paths(written: dict | None, ws: WindowState, paths: list[str]):
     """``written["df"]`` if it read exactly ``paths`` and none was written again since, else ``paths``."""
     if written is None or sorted(written["dirs"]) != sorted(paths) or ws.partial_versions() != written["dirs"]:
         return paths
@@ -99,7 +100,8 @@ def merge_rows_estimate(ws: WindowState, partials: list[str], tail_rows_in: int 
 
 def execute_final(spark, ws: WindowState, *, backend: str, expect_units: int | None = None, history: bool = True,
                   tail: tuple[int, object] | None = None, written: dict | None = None,
-                  quarantined: list[dict] | None = None, tail_rows_in: int | None = None) -> dict:
+                  quarantined: list[dict] | None = None, tail_rows_in: int | None = None,
+                  ahead: dict | None = None) -> dict:
     """Merge a window's partials into its result; return the result manifest.
 
     ``tail``: ``(batch, partial DataFrame)`` of a claimed batch whose partial is not written
@@ -111,21 +113,23 @@ def execute_final(spark, ws: WindowState, *, backend: str, expect_units: int | N
     the tail batch's units found bad in it; the claims' and the written batches' are in
     their claims and metrics. The manifest lists them all (:func:`quarantined_units`),
     its ``units`` none of them.
+
+    ``ahead``: the result a fused tail computed before its claim from exactly the claimed
+    files and these partials (``tail.compute_ahead``): it is written, and nothing is run.
     """
     saved = load_query(ws.query_id, ws.store)
     query = saved.query
     cover = check_coverage(ws, expect_units, computing=tail[0] if tail else None)
     computed = {ws.partial_uri(b) for b in tail_batches(tail[0] if tail else None)}
     paths = [p for p in cover["partials"] if p not in computed]
-    rows_estimate = merge_rows_estimate(ws, paths, tail_rows_in, tail=bool(tail))
-    with StepMeter(spark) as meter:
-        if tail:
-            df = run_final(spark, saved, _ahead_or_paths(written, ws, paths), also=tail[1])
-        elif paths:
-            df = run_final(spark, saved, paths)
-        else:  # an empty window: nothing landed, every batch skipped
-            df = run_final(spark, saved, [], also=empty_partial(spark, saved, ws))
-        result = ws.write_result(parquet_writer(df, rows_estimate))
+    if ahead is not None:
+        if not tail or sorted(paths) != ahead["partials"]:
+            raise DataError(f"{ws.location}: a result computed ahead from partials {ahead['partials']} "
+                            f"is not this window's merge of {sorted(paths)}")
+        result = ws.write_result(lambda uri: write_table(ahead["table"], local_path(uri)))
+        meter = ahead["meter"]
+    else:
+        result, meter = _merge(spark, ws, saved, paths, tail, written, tail_rows_in)
     bad = quarantined_units(ws, cover["batches"], quarantined)
     out = {q["unit"] for q in bad}
     manifest = {
@@ -135,6 +139,8 @@ def execute_final(spark, ws: WindowState, *, backend: str, expect_units: int | N
         "wall_seconds": meter.wall_seconds, "cpu_seconds": meter.cpu_seconds, "task_seconds": meter.task_seconds,
         "backend": backend, "written_at": time.time(),
     }
+    if ahead is not None:
+        manifest["computed_ahead_at"] = ahead["computed_at"]
     manifest |= revisions(ws.manifest(), manifest)
     # With a fused tail's batch in it, this is no merge's cost; nor is a late revision's.
     merge = history and not tail
@@ -143,6 +149,20 @@ def execute_final(spark, ws: WindowState, *, backend: str, expect_units: int | N
     if merge:
         record_merge_cost(ws, manifest, len(cover["units"]))
     return manifest
+
+
+def _merge(spark, ws: WindowState, saved, paths: list[str], tail, written, tail_rows_in):
+    """Run the merge of ``paths`` (and a fused tail's partial) and write the result: (where it is read, its meter)."""
+    rows_estimate = merge_rows_estimate(ws, paths, tail_rows_in, tail=bool(tail))
+    with StepMeter(spark) as meter:
+        if tail:
+            df = run_final(spark, saved, ahead_or_paths(written, ws, paths), also=tail[1])
+        elif paths:
+            df = run_final(spark, saved, paths)
+        else:  # an empty window: nothing landed, every batch skipped
+            df = run_final(spark, saved, [], also=empty_partial(spark, saved, ws))
+        result = ws.write_result(parquet_writer(df, rows_estimate))
+    return result, meter
 
 
 def tail_batches(batches: int | tuple[int, ...] | None) -> tuple[int, ...]:

@@ -174,20 +174,37 @@ COLLECT_MAX_ROWS = 100_000
 def _write_arrow(df, path: str) -> bool:
     """Write ``df``'s rows as one parquet file in the new directory ``path``, as Spark would
     lay it out; False (nothing written) for rows that one file cannot store as Spark would."""
+    table = result_table(df)
+    if table is None:
+        return False
+    write_table(table, path)
+    return True
+
+
+def result_table(df):
+    """``df``'s rows as an Arrow table that one parquet file stores as Spark would
+    (:func:`write_table`), or None for rows that mix time stamps with and without a time zone."""
+    import pyarrow as pa
+
+    table = _arrow_table(df)
+    stamps = [f.type.tz for f in table.schema if pa.types.is_timestamp(f.type)]
+    return None if stamps and any(stamps) and not all(stamps) else table
+
+
+def write_table(table, path: str) -> None:
+    """Write a :func:`result_table` as one parquet file in the new local directory ``path``,
+    laid out as Spark writes one (``part-00000-*.parquet`` and ``_SUCCESS``; time stamps as
+    INT96, Spark's default)."""
     import uuid
 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = _arrow_table(df)
     stamps = [f.type.tz for f in table.schema if pa.types.is_timestamp(f.type)]
-    if stamps and any(stamps) and not all(stamps):
-        return False
     make_dirs(path)
     pq.write_table(table, str(Path(path) / f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"),
-                   use_deprecated_int96_timestamps=bool(stamps and all(stamps)))
+                   use_deprecated_int96_timestamps=bool(stamps))
     (Path(path) / "_SUCCESS").touch()
-    return True
 
 
 def _arrow_table(df):

@@ -5,7 +5,9 @@ A fused tail's final task starts before the window's end and opens its session
 last step while there is time (:func:`rehearse_tail`; a group's tail,
 :func:`rehearse_group_tail`), folds the written partials into one state as they come
 (:func:`read_written`), then claims the last batch's units and runs that batch and the
-merge with that state as one job (:func:`execute_tail`).
+merge with that state as one job (:func:`execute_tail`). When the window's count of units
+has landed before its end, it computes that batch and merge then, and at the claim writes
+those rows if the claim reads the same files (:mod:`airflow_iqp.spark.ahead`).
 ``final_job.py --tail`` runs it under spark-submit; the Spark Connect backend runs it in
 the task. The claims are made here, in the driver, through the store: that is what saves
 a task's and a JVM's start after the window's end.
@@ -27,12 +29,14 @@ from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units, unit
 from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.batch import batch_work, execute_batch, read_shared
 from airflow_iqp.spark.group_tail import execute_group_tail
+from airflow_iqp.spark.ahead import compute_ahead, still_the_input
 from airflow_iqp.spark.merge import execute_final, merge_rows_estimate
 from airflow_iqp.spark.steps import parquet_writer, partial_of, run_batch, run_final
 from airflow_iqp.store import WindowState
 from airflow_iqp.streams import stream_of
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.readiness import TAIL_POLL_S, batch_ready, fold_into_tail, to_rehearse, wait_and_claim
+from airflow_iqp.window.readiness import (TAIL_POLL_S, batch_ready, fold_into_tail, may_compute_ahead, to_rehearse,
+                                         wait_and_claim)
 
 
 def read_written(spark, ws: WindowState, earlier: dict | None = None, until: float | None = None) -> dict | None:
@@ -196,18 +200,28 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
 def _last_batch(spark, ws: WindowState, tail: Batch, slots: int, backend: str, history: bool, ahead: list,
                 rehearsals: int) -> dict:
     """A single query's last batch in its fused tail (:func:`run_tail`): fold, rehearse up to
-    ``rehearsals`` times, wait folding, claim, run it with the merge. ``ahead[0]`` is the
-    folded state (:func:`read_written`), kept there for the caller to release."""
+    ``rehearsals`` times, wait folding (and, once the window's count has landed, computing
+    the result ahead: :mod:`~airflow_iqp.spark.ahead`), claim, then write the result
+    computed ahead if the claim reads its files, else run the batch with the merge.
+    ``ahead[0]`` is the folded state (:func:`read_written`), kept there for the caller to release."""
     ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail))
     rehearse_tail(spark, ws, tail, slots, ahead[0], rehearsals=rehearsals)
+
+    computed: list = []  # the result computed ahead (compute_ahead), once
 
     def sleep(seconds: float) -> None:  # while it waits: fold the partials again when they change
         t0 = time.time()
         ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail))
+        if not computed and may_compute_ahead(tail, time.time()):
+            computed.append(compute_ahead(spark, ws, tail, slots, ahead[0]))
         time.sleep(max(0.0, seconds - (time.time() - t0)))
 
     claim = wait_and_claim(tail, sleep=sleep)
     print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
+    done = computed[0] if computed else None
+    if done is not None and still_the_input(done, ws, claim, tail.label):
+        return execute_final(spark, ws, backend=backend, history=history, tail=(tail.index, None), ahead=done,
+                             quarantined=done["quarantined"], tail_rows_in=done["rows_in"])
     # The turn lasts through the merge: the tail holds the cluster until the result is written.
     with cluster_turn(tail, slots, planned=tail.remaining_cost):
         return execute_tail(spark, ws, tail.index, tail.static or None, backend=backend, history=history,

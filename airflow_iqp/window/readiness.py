@@ -79,19 +79,42 @@ def batch_ready(batch: Batch, now: float, arrived: int | None = None, listing: A
         return None
     needed = batch.expected_total if batch.last else batch.cumulative
     if arrived is None:
-        count, units = (listing.count, listing.units) if listing is not None else (count_names, list_units)
-        streams = batch.streams
-        # Many tasks poll near the window's end: a directory per window is counted (one
-        # listing) before the full, per-stream listing of complete units. A flat or
-        # partitioned layout holds other windows' files too: its units are listed at once.
-        if streams[0].window is None and not streams[0].partitions and count(batch.landing) < needed:
-            return on_time
-        listed = units(batch.landing, streams)
-        batch.window_state().note_seen([u.name for u in listed], now)
-        arrived = len(listed)
+        arrived = _arrived(batch, now, needed, listing)
     if arrived < needed or not _previous_decided(batch):
         return on_time
     return "units"
+
+
+def _arrived(batch: Batch, now: float, needed: int, listing: Any = None) -> int:
+    """The complete units of the batch's window landed by now; fewer than ``needed`` may be
+    a cheaper count."""
+    count, units = (listing.count, listing.units) if listing is not None else (count_names, list_units)
+    streams = batch.streams
+    # Many tasks poll near the window's end: a directory per window is counted (one
+    # listing) before the full, per-stream listing of complete units. A flat or
+    # partitioned layout holds other windows' files too: its units are listed at once.
+    if streams[0].window is None and not streams[0].partitions:
+        counted = count(batch.landing)
+        if counted < needed:
+            return counted
+    listed = units(batch.landing, streams)
+    batch.window_state().note_seen([u.name for u in listed], now)
+    return len(listed)
+
+
+def may_compute_ahead(batch: Batch, now: float) -> bool:
+    """The last batch of a window whose count of units is known (``Arrival(units=...)``),
+    before its ready time, once that count has landed and the batch before it has claimed:
+    a fused tail may then compute its result ahead, and write it when the batch claims at
+    its ready time only if that claim reads exactly the files it computed from
+    (:func:`airflow_iqp.spark.ahead.compute_ahead`). The claim itself keeps waiting for the
+    ready time (:func:`fire_at`): a count is a hint."""
+    batch = effective(batch)
+    if not (batch.last and batch.known_total) or batch.late or batch.skip or batch.max_units is not None:
+        return False
+    if not batch.turn_ts <= now < batch.ready_ts or batch.window_state().has_claim(batch.index):
+        return False
+    return _arrived(batch, now, batch.expected_total) >= batch.expected_total and _previous_decided(batch)
 
 
 def _previous_decided(batch: Batch) -> bool:
@@ -226,17 +249,27 @@ def claim_batch(batch: Batch, now: float | None = None) -> dict:
                 raise
 
 
-def _claim_unclaimed(batch: Batch, ws, now: float | None) -> dict:
+def unclaimed_units(batch: Batch, ws) -> list:
+    """The complete units of the batch's window listed now that no batch has claimed."""
+    return _listing(batch, ws)[2]
+
+
+def _listing(batch: Batch, ws) -> tuple[list, set, list]:
+    """(every complete unit of the batch's window listed now, the names claimed, those not claimed)."""
     taken = ws.claimed_units()
+    listed = list_units(batch.landing, batch.streams)
+    return listed, taken, [p for p in listed if p.name not in taken]
+
+
+def _claim_unclaimed(batch: Batch, ws, now: float | None) -> dict:
     streams = batch.streams
-    listed = list_units(batch.landing, streams)
+    listed, taken, units = _listing(batch, ws)
     seen = ws.note_seen([u.name for u in listed], now)
     if not listed and seen and "://" not in batch.landing and not os.path.isdir(batch.landing):
         # This window's units were seen there: a missing directory is a mount's blip, not an
         # empty window, and claiming nothing would hand the batch's units to the next one.
         raise FileNotFoundError(errno.ENOENT, "the landing directory is gone, though this window's units "
                                 "were seen in it", batch.landing)
-    units = [p for p in listed if p.name not in taken]
     if batch.max_units is not None:  # a MinBatch takes its size, oldest units first
         units = units[: batch.max_units]
     # The rest of the window is planned again: as its units arrive (an unknown total), and

@@ -157,7 +157,7 @@ def test_a_fused_tail_merges_the_partials_read_ahead_unless_one_was_written_agai
     result is right either way."""
     import time
 
-    from airflow_iqp.spark.merge import _ahead_or_paths
+    from airflow_iqp.spark.merge import ahead_or_paths
     from airflow_iqp.spark.steps import parquet_rows
     from airflow_iqp.spark.tail import execute_tail, read_written, release
 
@@ -172,18 +172,18 @@ def test_a_fused_tail_merges_the_partials_read_ahead_unless_one_was_written_agai
     assert list(ahead["dirs"]) == [ws.partial_uri(0)]
     execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)
     paths = [ws.partial_uri(b) for b in (0, 1)]
-    assert _ahead_or_paths(ahead, ws, paths) == paths  # batch 1's partial came after it
+    assert ahead_or_paths(ahead, ws, paths) == paths  # batch 1's partial came after it
     first = ahead
     # Too near the window's end for a fold as long as the last: batch 1's partial is read
     # beside batch 0's state.
     assert first["fold_seconds"] > 0
     beside = read_written(spark, ws, first, until=time.time() + first["fold_seconds"] / 2)
     assert beside["cached"] is first["cached"] and first["df"].storageLevel.useMemory
-    assert _ahead_or_paths(beside, ws, paths) is beside["df"]
+    assert ahead_or_paths(beside, ws, paths) is beside["df"]
     assert read_written(spark, ws, beside, until=time.time() + first["fold_seconds"] / 2) is beside
     ahead = read_written(spark, ws, beside)  # room again: folded
     assert read_written(spark, ws, ahead) is ahead  # nothing new: not read again
-    assert _ahead_or_paths(ahead, ws, paths) is ahead["df"]
+    assert ahead_or_paths(ahead, ws, paths) is ahead["df"]
     # One state, cached: CQ3 counts per supplier, and the two batches' suppliers overlap.
     assert ahead["cached"] is ahead["df"] and ahead["df"].storageLevel.useMemory
     assert not first["df"].storageLevel.useMemory
@@ -193,7 +193,7 @@ def test_a_fused_tail_merges_the_partials_read_ahead_unless_one_was_written_agai
     execute_tail(spark, ws, 2, static, backend=BACKEND, written=ahead)
     assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="tail merged with the read-ahead")
     execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)  # batch 1 retried
-    assert _ahead_or_paths(ahead, ws, paths) == paths
+    assert ahead_or_paths(ahead, ws, paths) == paths
     execute_tail(spark, ws, 2, static, backend=BACKEND, written=ahead)
     assert_same_rows(result_rows(spark, ws), ref, ordered=query.ordered, label="tail after a partial written again")
     refolded = read_written(spark, ws, ahead)  # batch 1's new version: folded from the files again
@@ -482,3 +482,80 @@ def test_a_fused_tail_rehearses_before_the_windows_end_and_leaves_no_trace(spark
     assert not os.path.exists(ws.result_uri)
     near = tail.with_(ready_ts=time.time() + REHEARSAL_ROOM * 1.0 / 2.0 - 0.1)  # expected: 1.0 / cost_scale
     assert rehearse_tail(spark, ws, near) == []
+
+
+def _tail_of_two(spark, units, tpch_dir, tmp_path, qid: str, first: int, count: int, ready_in: float):
+    """(window, fused tail) of a window of batch 1 (its ``first`` units claimed and written)
+    and a last batch due ``ready_in`` seconds from now, the window's count ``count``; with no
+    room to rehearse or fold, so that the tail only waits, computes ahead, claims."""
+    import time
+
+    from airflow_iqp.window.readiness import claim_batch, split_tail
+    from tests.support.batches import make_batch
+
+    static = str(tpch_dir / "static")
+    landing, state = tmp_path / "landing", tmp_path / "state"
+    landing.mkdir()
+    now = time.time()
+    entries = [make_batch(query=qid, window_id="w", index=i, of=2, units=n, cumulative=c, expected_total=count,
+                          last=i == 2, ready_ts=now + r, latest_start_ts=now + 600, deadline_ts=now + 600,
+                          landing=str(landing), state_dir=str(state), static=static, cost=ready_in,
+                          remaining_cost=ready_in, label=f"batch {i}/2")
+               for i, n, c, r in ((1, first, first, 0.0), (2, count - first, count, ready_in))]
+    mapped, tail = split_tail(entries, lead=ready_in - 1.0)
+    for u in units[:first]:
+        shutil.copytree(u, landing / u.name)
+    claim_batch(mapped[0])
+    ws = tpch_window(state, qid, "w")
+    execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)
+    return ws, tail.with_(ready_ts=time.time() + ready_in)  # however long batch 1 took
+
+
+def test_a_fused_tail_computes_its_result_once_the_count_has_landed_and_writes_it_when_the_claim_matches(
+        spark, units, tpch_dir, tmp_path, capsys):
+    """Every unit of the window's count is in before the window's end: the tail computes its
+    last batch and merge then, claims at the ready time all the same, finds that claim reads
+    the files it computed from, and writes those rows as the result."""
+    from airflow_iqp.spark.tail import run_tail
+
+    qid = "cq3"
+    ws, tail = _tail_of_two(spark, units, tpch_dir, tmp_path, qid, first=4, count=len(units), ready_in=6.0)
+    for u in units[4:]:
+        shutil.copytree(u, Path(tail.landing) / u.name)
+    manifest = run_tail(spark, ws, tail, backend=BACKEND)
+    out = capsys.readouterr().out
+    assert "computed the result ahead from" in out and "writing it" in out
+    claim = ws.claim_of(2)
+    assert claim["claimed_at"] >= tail.ready_ts  # the count is a hint: the claim waited for the window's end
+    assert manifest["computed_ahead_at"] <= claim["claimed_at"] <= manifest["written_at"]
+    assert manifest["batches"] == [1, 2] and manifest["units"] == [u.name for u in units]
+    assert not ws.has_partial(2)
+    _cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
+    assert_same_rows(result_rows(spark, ws), ref, ordered=get_query(qid).ordered, label="computed ahead")
+
+
+def test_a_unit_landing_after_the_result_was_computed_ahead_is_in_the_result(
+        spark, units, tpch_dir, tmp_path, capsys, monkeypatch):
+    """The window's count (5) is reached before its end, the tail computes ahead, then a sixth
+    unit lands before the end: the claim takes both units, differs from what was computed,
+    and the tail runs its last batch and merge as usual. No unit is lost."""
+    from airflow_iqp.spark import tail as tail_module
+
+    qid = "q3"
+    ws, tail = _tail_of_two(spark, units, tpch_dir, tmp_path, qid, first=4, count=5, ready_in=6.0)
+    shutil.copytree(units[4], Path(tail.landing) / units[4].name)
+    compute = tail_module.compute_ahead
+
+    def then_a_late_writer(*args):  # the sixth unit lands once the result has been computed
+        out = compute(*args)
+        shutil.copytree(units[5], Path(tail.landing) / units[5].name)
+        return out
+
+    monkeypatch.setattr(tail_module, "compute_ahead", then_a_late_writer)
+    manifest = tail_module.run_tail(spark, ws, tail, backend=BACKEND)
+    out = capsys.readouterr().out
+    assert "computed the result ahead from" in out and "the claim differs" in out
+    assert ws.claim_of(2)["units"] == [units[4].name, units[5].name]
+    assert "computed_ahead_at" not in manifest and manifest["units"] == [u.name for u in units]
+    _cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
+    assert_same_rows(result_rows(spark, ws), ref, ordered=get_query(qid).ordered, label="a unit after")

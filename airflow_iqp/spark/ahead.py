@@ -1,0 +1,91 @@
+"""A fused tail's result computed before the window's end, once the window's count of units has landed.
+
+Units land as files, and the last one often lands well before the window's end. A
+single query's fused tail whose window count is known (``Arrival(units=...)``) may then
+compute its last batch and merge (:func:`compute_ahead`) and, when it claims at the
+window's end, write those rows as the result if the claim reads exactly the files they
+were computed from (:func:`still_the_input`). No Airflow import here.
+"""
+
+from __future__ import annotations
+
+import time
+
+from airflow_iqp.coordination import cluster_turn
+from airflow_iqp.filecheck import files_to_read, inspect_files
+from airflow_iqp.paths import is_local
+from airflow_iqp.query.store import load_query
+from airflow_iqp.spark.jobmetrics import StepMeter
+from airflow_iqp.spark.merge import ahead_or_paths, check_coverage, merge_rows_estimate
+from airflow_iqp.spark.steps import COLLECT_MAX_ROWS, result_table, run_batch, run_final
+from airflow_iqp.store import WindowState
+from airflow_iqp.streams import files_of
+from airflow_iqp.window.batch import Batch
+from airflow_iqp.window.readiness import unclaimed_units
+
+
+def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict | None) -> dict | None:
+    """A single query's last batch and merge, computed before the window's end once every unit
+    the window counts has landed (:func:`~airflow_iqp.window.readiness.may_compute_ahead`),
+    held in this process as the result's rows: ``{"files", "versions", "table", "meter",
+    "quarantined", "rows_in", "computed_at"}``, or None.
+
+    Nothing is claimed or written. ``tail._last_batch`` still claims at the ready time, and
+    writes these rows as the result only if the claim reads exactly these files and the
+    window's written partials are still these (files are immutable once complete): the
+    same input, so the same result, and the time after the window's end is a listing, a
+    claim and a small file's write. A unit that lands after this, or a partial written
+    again, sends the tail down its usual path, this work thrown away. None (nothing done)
+    where the rows would not be collected into this process anyway (a result store that is
+    not local, an estimate above ``COLLECT_MAX_ROWS``, time stamps with and without a
+    zone), when every claimed batch has not written its partial yet, when the cluster's
+    turn does not come before the ready time, and on any error (printed: the tail meets
+    it again, if it is one, and reports it).
+    """
+    if tail.members or not is_local(ws.location):
+        return None
+    try:
+        cover = check_coverage(ws)
+        versions = ws.partial_versions()
+        files = files_of(unclaimed_units(tail, ws), tail.streams)
+        if not files:
+            return None
+        saved = load_query(ws.query_id, ws.store)
+        inspection = inspect_files(files, saved, ws.store.query(ws.query_id), claimed=ws.claimed_files())
+        rows = merge_rows_estimate(ws, cover["partials"], inspection.rows, tail=True)
+        if rows is None or rows > COLLECT_MAX_ROWS:
+            return None
+        with cluster_turn(tail, slots, planned=tail.remaining_cost, until=tail.ready_ts) as got:
+            if not got:
+                return None
+            with StepMeter(spark) as meter:
+                part = run_batch(spark, saved, files, tail.static or None, inspection=inspection)
+                merged = run_final(spark, saved, ahead_or_paths(written, ws, cover["partials"]), also=part)
+                table = result_table(merged)
+    except Exception as exc:  # noqa: BLE001 - computed ahead only saves time; the tail reports errors
+        print(f"airflow-iqp final_job: {tail.label}: computing the result ahead failed, ignored: "
+              f"{type(exc).__name__}: {exc}", flush=True)
+        return None
+    if table is None:
+        return None
+    print(f"airflow-iqp final_job: {tail.label}: computed the result ahead from {len(files)} files in "
+          f"{meter.wall_seconds:.2f} s", flush=True)
+    return {"files": sorted(files), "versions": versions, "partials": sorted(cover["partials"]), "table": table,
+            "meter": meter, "quarantined": inspection.quarantined, "rows_in": inspection.rows,
+            "computed_at": time.time()}
+
+
+
+def still_the_input(done: dict, ws: WindowState, claim: dict, label: str) -> bool:
+    """Whether the last batch's ``claim`` reads exactly the files the result ``done`` was
+    computed from (:func:`compute_ahead`), none of them quarantined, and the window's
+    written partials are still those it merged: then ``done`` is that claim's result."""
+    same = (done["files"] == sorted(files_to_read(claim)) and not claim.get("quarantined")
+            and done["versions"] == ws.partial_versions())
+    if same:
+        print(f"airflow-iqp final_job: {label}: the claim reads the files the result was computed from "
+              f"{time.time() - done['computed_at']:.2f} s ago; writing it", flush=True)
+    else:
+        print(f"airflow-iqp final_job: {label}: the claim differs from what the result was computed from "
+              f"ahead; running the last batch and the merge", flush=True)
+    return same
