@@ -70,10 +70,9 @@ def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict
         return None
     print(f"airflow-iqp final_job: {tail.label}: computed the result ahead from {len(files)} files in "
           f"{meter.wall_seconds:.2f} s", flush=True)
-    return {"files": sorted(files), "versions": versions, "partials": sorted(cover["partials"]), "table": table,
-            "meter": meter, "quarantined": inspection.quarantined, "rows_in": inspection.rows,
+    return {"files": sorted(files), "versions": versions, "table": table, "meter": meter,
+            "quarantined": inspection.quarantined, "rows_in": inspection.rows,
             "computed_at": time.time()}
-
 
 
 def still_the_input(done: dict, ws: WindowState, claim: dict, label: str) -> bool:

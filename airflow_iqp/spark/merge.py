@@ -15,9 +15,9 @@ import time
 
 from airflow_iqp.errors import DataError
 from airflow_iqp.filecheck import Inspection, files_to_read, kept_units
+from airflow_iqp.paths import local_path
 from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.jobmetrics import StepMeter
-from airflow_iqp.paths import local_path
 from airflow_iqp.spark.steps import parquet_rows, parquet_writer, run_batch, run_final, write_table
 from airflow_iqp.store import WindowState
 from airflow_iqp.window.accounting import merge_span, record_merge_cost
@@ -101,7 +101,7 @@ def merge_rows_estimate(ws: WindowState, partials: list[str], tail_rows_in: int 
 def execute_final(spark, ws: WindowState, *, backend: str, expect_units: int | None = None, history: bool = True,
                   tail: tuple[int, object] | None = None, written: dict | None = None,
                   quarantined: list[dict] | None = None, tail_rows_in: int | None = None,
-                  ahead: dict | None = None) -> dict:
+                  computed_ahead: dict | None = None) -> dict:
     """Merge a window's partials into its result; return the result manifest.
 
     ``tail``: ``(batch, partial DataFrame)`` of a claimed batch whose partial is not written
@@ -114,20 +114,21 @@ def execute_final(spark, ws: WindowState, *, backend: str, expect_units: int | N
     their claims and metrics. The manifest lists them all (:func:`quarantined_units`),
     its ``units`` none of them.
 
-    ``ahead``: the result a fused tail computed before its claim from exactly the claimed
-    files and these partials (``tail.compute_ahead``): it is written, and nothing is run.
+    ``computed_ahead``: the result a fused tail computed before its claim from exactly the
+    claimed files and these partials (``ahead.compute_ahead``): it is written, and nothing is run.
     """
     saved = load_query(ws.query_id, ws.store)
     query = saved.query
     cover = check_coverage(ws, expect_units, computing=tail[0] if tail else None)
     computed = {ws.partial_uri(b) for b in tail_batches(tail[0] if tail else None)}
     paths = [p for p in cover["partials"] if p not in computed]
-    if ahead is not None:
-        if not tail or sorted(paths) != ahead["partials"]:
-            raise DataError(f"{ws.location}: a result computed ahead from partials {ahead['partials']} "
+    if computed_ahead is not None:
+        merged = sorted(computed_ahead["versions"])
+        if not tail or sorted(paths) != merged:
+            raise DataError(f"{ws.location}: a result computed ahead from partials {merged} "
                             f"is not this window's merge of {sorted(paths)}")
-        result = ws.write_result(lambda uri: write_table(ahead["table"], local_path(uri)))
-        meter = ahead["meter"]
+        result = ws.write_result(lambda uri: write_table(computed_ahead["table"], local_path(uri)))
+        meter = computed_ahead["meter"]
     else:
         result, meter = _merge(spark, ws, saved, paths, tail, written, tail_rows_in)
     bad = quarantined_units(ws, cover["batches"], quarantined)
@@ -139,8 +140,8 @@ def execute_final(spark, ws: WindowState, *, backend: str, expect_units: int | N
         "wall_seconds": meter.wall_seconds, "cpu_seconds": meter.cpu_seconds, "task_seconds": meter.task_seconds,
         "backend": backend, "written_at": time.time(),
     }
-    if ahead is not None:
-        manifest["computed_ahead_at"] = ahead["computed_at"]
+    if computed_ahead is not None:
+        manifest["computed_ahead_at"] = computed_ahead["computed_at"]
     manifest |= revisions(ws.manifest(), manifest)
     # With a fused tail's batch in it, this is no merge's cost; nor is a late revision's.
     merge = history and not tail

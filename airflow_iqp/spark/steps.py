@@ -203,7 +203,7 @@ def write_table(table, path: str) -> None:
     stamps = [f.type.tz for f in table.schema if pa.types.is_timestamp(f.type)]
     make_dirs(path)
     pq.write_table(table, str(Path(path) / f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"),
-                   use_deprecated_int96_timestamps=bool(stamps))
+                   use_deprecated_int96_timestamps=bool(stamps and all(stamps)))
     (Path(path) / "_SUCCESS").touch()
 
 

@@ -27,9 +27,9 @@ import time
 from airflow_iqp.coordination import cluster_turn
 from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units, unit_of
 from airflow_iqp.query.store import load_query
+from airflow_iqp.spark.ahead import compute_ahead, still_the_input
 from airflow_iqp.spark.batch import batch_work, execute_batch, read_shared
 from airflow_iqp.spark.group_tail import execute_group_tail
-from airflow_iqp.spark.ahead import compute_ahead, still_the_input
 from airflow_iqp.spark.merge import execute_final, merge_rows_estimate
 from airflow_iqp.spark.steps import parquet_writer, partial_of, run_batch, run_final
 from airflow_iqp.store import WindowState
@@ -220,8 +220,8 @@ def _last_batch(spark, ws: WindowState, tail: Batch, slots: int, backend: str, h
     print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
     done = computed[0] if computed else None
     if done is not None and still_the_input(done, ws, claim, tail.label):
-        return execute_final(spark, ws, backend=backend, history=history, tail=(tail.index, None), ahead=done,
-                             quarantined=done["quarantined"], tail_rows_in=done["rows_in"])
+        return execute_final(spark, ws, backend=backend, history=history, tail=(tail.index, None),
+                             computed_ahead=done, quarantined=done["quarantined"], tail_rows_in=done["rows_in"])
     # The turn lasts through the merge: the tail holds the cluster until the result is written.
     with cluster_turn(tail, slots, planned=tail.remaining_cost):
         return execute_tail(spark, ws, tail.index, tail.static or None, backend=backend, history=history,
