@@ -217,3 +217,19 @@ def test_a_last_batch_is_not_computed_ahead_before_the_batch_before_it_has_claim
     for b in wp.batches[:-1]:
         claim_batch(b, now=T0 + 20)
     assert may_compute_ahead(wp.batches[-1], T0 + 20)
+
+
+def test_a_result_is_computed_ahead_only_once_every_claimed_batch_has_its_partial(tmp_path):
+    """The batch before the last has claimed but its job runs still: computing the result
+    ahead is "not yet", to be tried again, not given up (None) as when it cannot apply."""
+    from airflow_iqp.spark.ahead import NOT_YET, compute_ahead
+
+    landing = tmp_path / "landing"
+    cfg = bound(flat_cfg(tmp_path, units=8, rate=8 / W), T0, T0 + W)
+    wp = plan_window(cfg, T0, T0 + W, T0 + W + 9, now=T0)
+    for i in range(8):
+        drop(landing, f"c-{i}.csv", T0 + 5 + i)
+    for b in wp.batches[:-1]:
+        claim_batch(b, now=T0 + 20)
+    last = wp.batches[-1]
+    assert compute_ahead(None, last.window_state(), last, 0, None) == NOT_YET  # no Spark reached

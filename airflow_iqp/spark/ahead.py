@@ -4,11 +4,15 @@ Units land as files, and the last one often lands well before the window's end. 
 single query's fused tail whose window count is known (``Arrival(units=...)``) may then
 compute its last batch and merge (:func:`compute_ahead`) and, when it claims at the
 window's end, write those rows as the result if the claim reads exactly the files they
-were computed from (:func:`still_the_input`). No Airflow import here.
+were computed from (:func:`still_the_input`). When the count lands while the tail runs the
+batch before the last, a thread computes the last batch's partial beside that batch's job
+(:class:`PartAhead`), and what is left once that batch is written is the merge. No Airflow
+import here.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 
 from airflow_iqp.coordination import cluster_turn
@@ -16,15 +20,84 @@ from airflow_iqp.filecheck import files_to_read, inspect_files
 from airflow_iqp.paths import is_local
 from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.jobmetrics import StepMeter
-from airflow_iqp.spark.merge import ahead_or_paths, check_coverage, merge_rows_estimate
+from airflow_iqp.spark.merge import ahead_or_paths, check_coverage, merge_rows_estimate, read_claims, unwritten
 from airflow_iqp.spark.steps import COLLECT_MAX_ROWS, result_table, run_batch, run_final
 from airflow_iqp.store import WindowState
 from airflow_iqp.streams import files_of
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.readiness import unclaimed_units
+from airflow_iqp.window.readiness import TAIL_POLL_S, may_compute_ahead, unclaimed_units
 
 
-def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict | None) -> dict | None:
+#: What :func:`compute_ahead` returns while a batch before the last has claimed its units and
+#: not written its partial yet: try again later.
+NOT_YET = "not yet"
+
+
+def compute_part(spark, ws: WindowState, tail: Batch) -> dict | None:
+    """The last batch's partial over the window's unclaimed units, computed and held in the
+    session (``localCheckpoint``) while the batch before it still runs: ``{"files",
+    "part", "inspection", "seconds"}``, or None (nothing unclaimed; an error, printed).
+
+    Run in a thread of the fused tail beside that batch's job once the window's count has
+    landed (:func:`~airflow_iqp.window.readiness.may_compute_ahead`): the cluster's idle
+    moments in one small job (its planning, scheduling, commit) go to the other, and what
+    is left once that batch's partial is written is the merge. :func:`compute_ahead` uses
+    the part only if the unclaimed files are then still exactly these."""
+    if tail.members or not is_local(ws.location):
+        return None
+    t0 = time.perf_counter()
+    try:
+        files = files_of(unclaimed_units(tail, ws), tail.streams)
+        if not files:
+            return None
+        saved = load_query(ws.query_id, ws.store)
+        inspection = inspect_files(files, saved, ws.store.query(ws.query_id), claimed=ws.claimed_files())
+        part = run_batch(spark, saved, files, tail.static or None, inspection=inspection).localCheckpoint()
+    except Exception as exc:  # noqa: BLE001 - computed ahead only saves time; the tail reports errors
+        print(f"airflow-iqp final_job: {tail.label}: computing the last batch ahead failed, ignored: "
+              f"{type(exc).__name__}: {exc}", flush=True)
+        return None
+    seconds = time.perf_counter() - t0
+    print(f"airflow-iqp final_job: {tail.label}: computed the last batch's partial ahead from {len(files)} files "
+          f"in {seconds:.2f} s", flush=True)
+    return {"files": sorted(files), "part": part, "inspection": inspection, "seconds": seconds}
+
+
+class PartAhead:
+    """Beside the batch just before a single query's last one, with no gate on the cluster
+    (``slots`` 0): a thread that, once the window's count has landed
+    (:func:`~airflow_iqp.window.readiness.may_compute_ahead`), computes the last batch's
+    partial (:func:`compute_part`) while that batch's job runs.
+    Leaving the block waits for it; ``got`` is its result, or None. Otherwise a no-op."""
+
+    def __init__(self, spark, ws: WindowState, tail: Batch, slots: int, *, beside: Batch) -> None:
+        self.got: dict | None = None
+        self._stop = threading.Event()
+        self._thread = None
+        if not tail.members and slots <= 0 and beside.index == tail.index - 1 and tail.known_total:
+            self._thread = threading.Thread(target=self._watch, args=(spark, ws, tail), daemon=True,
+                                            name="iqp-part-ahead")
+
+    def _watch(self, spark, ws: WindowState, tail: Batch) -> None:
+        while not self._stop.is_set() and time.time() < tail.ready_ts:
+            if may_compute_ahead(tail, time.time()):
+                self.got = compute_part(spark, ws, tail)
+                return
+            self._stop.wait(TAIL_POLL_S)
+
+    def __enter__(self) -> "PartAhead":
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+
+
+def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict | None,
+                  part: dict | None = None) -> dict | str | None:
     """A single query's last batch and merge, computed before the window's end once every unit
     the window counts has landed (:func:`~airflow_iqp.window.readiness.may_compute_ahead`),
     held in this process as the result's rows: ``{"files", "versions", "table", "meter",
@@ -38,12 +111,15 @@ def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict
     again, sends the tail down its usual path, this work thrown away. None (nothing done)
     where the rows would not be collected into this process anyway (a result store that is
     not local, an estimate above ``COLLECT_MAX_ROWS``, time stamps with and without a
-    zone), when every claimed batch has not written its partial yet, when the cluster's
-    turn does not come before the ready time, and on any error (printed: the tail meets
-    it again, if it is one, and reports it).
+    zone), when the cluster's turn does not come before the ready time, and on any error
+    (printed: the tail meets it again, if it is one, and reports it); :data:`NOT_YET` while
+    a claimed batch has not written its partial. ``part``: the last batch's partial computed
+    beside the batch before it (:func:`compute_part`), used if it read exactly these files.
     """
     if tail.members or not is_local(ws.location):
         return None
+    if unwritten(read_claims(ws), ws.written_partials()):
+        return NOT_YET
     try:
         cover = check_coverage(ws)
         versions = ws.partial_versions()
@@ -51,7 +127,9 @@ def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict
         if not files:
             return None
         saved = load_query(ws.query_id, ws.store)
-        inspection = inspect_files(files, saved, ws.store.query(ws.query_id), claimed=ws.claimed_files())
+        same = part is not None and part["files"] == sorted(files)
+        inspection = part["inspection"] if same else inspect_files(
+            files, saved, ws.store.query(ws.query_id), claimed=ws.claimed_files())
         rows = merge_rows_estimate(ws, cover["partials"], inspection.rows, tail=True)
         if rows is None or rows > COLLECT_MAX_ROWS:
             return None
@@ -59,8 +137,9 @@ def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict
             if not got:
                 return None
             with StepMeter(spark) as meter:
-                part = run_batch(spark, saved, files, tail.static or None, inspection=inspection)
-                merged = run_final(spark, saved, ahead_or_paths(written, ws, cover["partials"]), also=part)
+                last = part["part"] if same else run_batch(spark, saved, files, tail.static or None,
+                                                           inspection=inspection)
+                merged = run_final(spark, saved, ahead_or_paths(written, ws, cover["partials"]), also=last)
                 table = result_table(merged)
     except Exception as exc:  # noqa: BLE001 - computed ahead only saves time; the tail reports errors
         print(f"airflow-iqp final_job: {tail.label}: computing the result ahead failed, ignored: "

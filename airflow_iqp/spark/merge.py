@@ -23,6 +23,19 @@ from airflow_iqp.store import WindowState
 from airflow_iqp.window.accounting import merge_span, record_merge_cost
 
 
+def read_claims(ws: WindowState) -> dict[int, dict]:
+    """The window's claims by batch, each with the units and files it reads (a claim's
+    quarantined units left out)."""
+    return {b: {**m, "units": kept_units(m), "files": files_to_read(m)} for b, m in ws.claims().items()}
+
+
+def unwritten(claims: dict, partials: dict) -> list[int]:
+    """The batches of ``claims`` (as :func:`check_coverage` reads them) that claimed input and
+    have no partial in ``partials``. A batch that found nothing to claim (its claim is
+    empty), or whose every unit was quarantined when it claimed, has no partial, and needs none."""
+    return sorted({b for b, m in claims.items() if m.get("units") or m.get("files")} - set(partials))
+
+
 def check_coverage(ws: WindowState, expect_units: int | None = None,
                    computing: int | tuple[int, ...] | None = None) -> dict:
     """The partials of a window and the units/files they cover (a claim's quarantined units
@@ -31,14 +44,12 @@ def check_coverage(ws: WindowState, expect_units: int | None = None,
     ``computing``: the claimed batch or batches whose partial this job computes itself (a
     fused tail's) and that count as covered although their partials are not written.
     """
-    claims = {b: {**m, "units": kept_units(m), "files": files_to_read(m)} for b, m in ws.claims().items()}
+    claims = read_claims(ws)
     partials = ws.written_partials()
     for b in tail_batches(computing):
         if b in claims:
             partials.setdefault(b, ws.partial_uri(b))
-    # A batch that found nothing to claim (its claim is empty), or whose every unit was
-    # quarantined when it claimed, has no partial, and needs none.
-    missing = sorted({b for b, m in claims.items() if m.get("units") or m.get("files")} - set(partials))
+    missing = unwritten(claims, partials)
     if missing:
         raise DataError(f"{ws.location}: batch(es) {missing} claimed input but have no partial result yet; "
                         f"run them before the final aggregation")
