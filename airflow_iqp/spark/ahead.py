@@ -22,7 +22,7 @@ from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.jobmetrics import StepMeter
 from airflow_iqp.spark.merge import ahead_or_paths, check_coverage, merge_rows_estimate, read_claims, unwritten
 from airflow_iqp.spark.steps import COLLECT_MAX_ROWS, result_table, run_batch, run_final
-from airflow_iqp.store import WindowState
+from airflow_iqp.store import WindowState, open_store
 from airflow_iqp.streams import files_of
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.readiness import TAIL_POLL_S, may_compute_ahead, unclaimed_units
@@ -64,23 +64,26 @@ def compute_part(spark, ws: WindowState, tail: Batch) -> dict | None:
 
 
 class PartAhead:
-    """Beside the batch just before a single query's last one, with no gate on the cluster
-    (``slots`` 0): a thread that, once the window's count has landed
-    (:func:`~airflow_iqp.window.readiness.may_compute_ahead`), computes the last batch's
-    partial (:func:`compute_part`) while that batch's job runs.
-    Leaving the block waits for it; ``got`` is its result, or None. Otherwise a no-op."""
+    """Beside the batch just before a single query's last one: a thread that, once the
+    window's count has landed (:func:`~airflow_iqp.window.readiness.may_compute_ahead`),
+    computes the last batch's partial (:func:`compute_part`) while that batch's job runs.
+    Under a gate on the cluster (``slots`` > 0) it runs in that batch's turn, and only while
+    no other batch queues for one: the cluster's idle moments go to it, not another
+    query's turn. Leaving the block waits for it; ``got`` is its result, or None. Not a
+    fused tail's last batch but one: a no-op."""
 
     def __init__(self, spark, ws: WindowState, tail: Batch, slots: int, *, beside: Batch) -> None:
         self.got: dict | None = None
         self._stop = threading.Event()
         self._thread = None
-        if not tail.members and slots <= 0 and beside.index == tail.index - 1 and tail.known_total:
+        self._turns = open_store(tail.state_dir).turns() if slots > 0 else None
+        if not tail.members and beside.index == tail.index - 1 and tail.known_total:
             self._thread = threading.Thread(target=self._watch, args=(spark, ws, tail), daemon=True,
                                             name="iqp-part-ahead")
 
     def _watch(self, spark, ws: WindowState, tail: Batch) -> None:
         while not self._stop.is_set() and time.time() < tail.ready_ts:
-            if may_compute_ahead(tail, time.time()):
+            if may_compute_ahead(tail, time.time()) and not (self._turns and self._turns.queued()):
                 self.got = compute_part(spark, ws, tail)
                 return
             self._stop.wait(TAIL_POLL_S)

@@ -522,11 +522,15 @@ def _tail_of_two(spark, units, tpch_dir, tmp_path, qid: str, first: int, count: 
     return ws, tail.with_(ready_ts=time.time() + ready_in)  # however long batch 1 took
 
 
+@pytest.mark.parametrize("slots,other", [(0, False), (1, False), (1, True)], ids=["no-gate", "gate", "queued"])
 def test_a_fused_tail_computes_its_last_batch_beside_the_batch_before_it(
-        spark, units, tpch_dir, tmp_path, capsys, monkeypatch):
+        spark, units, tpch_dir, tmp_path, capsys, monkeypatch, slots, other):
     """The window's count lands once the tail has claimed the batch before the last: a thread
     computes the last batch's partial while that batch's job runs, the result computed
-    ahead merges it, and it equals DuckDB's; no unit is counted twice."""
+    ahead merges it, and it equals DuckDB's; no unit is counted twice. Under a gate it does
+    so in that batch's turn, not while another batch queues for one."""
+    import contextlib
+
     from airflow_iqp.spark import ahead
     from airflow_iqp.spark import tail as tail_module
 
@@ -551,12 +555,19 @@ def test_a_fused_tail_computes_its_last_batch_beside_the_batch_before_it(
 
     monkeypatch.setattr(ahead, "compute_part", noted)
     monkeypatch.setattr(tail_module, "execute_batch", then_the_rest_lands)
-    manifest = tail_module.run_tail(spark, ws, tail, backend=BACKEND)
+    # Another query's batch queued behind this window's (its name sorts after theirs).
+    queued = open_store(tail.state_dir).turns().queue("zzzz-other") if other else contextlib.nullcontext()
+    with queued:
+        manifest = tail_module.run_tail(spark, ws, tail, slots, backend=BACKEND)
     out = capsys.readouterr().out
-    assert "computed the last batch's partial ahead from" in out and "writing it" in out
-    assert len(parts) == 1 and parts[0][1]["files"] == sorted(files_to_read(ws.claim_of(3)))
-    started = parts[0][0]  # when the thread started computing it: beside batch 2's job
-    assert ws.claim_of(2)["claimed_at"] <= started < ws.metrics(2)["written_at"]
+    assert "writing it" in out
+    if other:
+        assert not parts and "computed the last batch's partial ahead" not in out
+    else:
+        assert "computed the last batch's partial ahead from" in out
+        assert len(parts) == 1 and parts[0][1]["files"] == sorted(files_to_read(ws.claim_of(3)))
+        started = parts[0][0]  # when the thread started computing it: beside batch 2's job
+        assert ws.claim_of(2)["claimed_at"] <= started < ws.metrics(2)["written_at"]
     assert manifest["computed_ahead_at"] <= ws.claim_of(3)["claimed_at"]
     assert manifest["batches"] == [1, 2, 3] and manifest["units"] == [u.name for u in units]
     _cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
