@@ -4,15 +4,11 @@ Units land as files, and the last one often lands well before the window's end. 
 single query's fused tail whose window count is known (``Arrival(units=...)``) may then
 compute its last batch and merge (:func:`compute_ahead`) and, when it claims at the
 window's end, write those rows as the result if the claim reads exactly the files they
-were computed from (:func:`still_the_input`). When the count lands while the tail runs the
-batch before the last, a thread computes the last batch's partial beside that batch's job
-(:class:`PartAhead`), and what is left once that batch is written is the merge. No Airflow
-import here.
+were computed from (:func:`still_the_input`). No Airflow import here.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 
 from airflow_iqp.coordination import cluster_turn
@@ -22,10 +18,10 @@ from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.jobmetrics import StepMeter
 from airflow_iqp.spark.merge import ahead_or_paths, check_coverage, merge_rows_estimate, read_claims, unwritten
 from airflow_iqp.spark.steps import COLLECT_MAX_ROWS, result_table, run_batch, run_final
-from airflow_iqp.store import WindowState, open_store
+from airflow_iqp.store import WindowState
 from airflow_iqp.streams import files_of
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.readiness import TAIL_POLL_S, may_compute_ahead, unclaimed_units
+from airflow_iqp.window.readiness import unclaimed_units
 
 
 #: What :func:`compute_ahead` returns while a batch before the last has claimed its units and
@@ -33,74 +29,7 @@ from airflow_iqp.window.readiness import TAIL_POLL_S, may_compute_ahead, unclaim
 NOT_YET = "not yet"
 
 
-def compute_part(spark, ws: WindowState, tail: Batch) -> dict | None:
-    """The last batch's partial over the window's unclaimed units, computed and held in the
-    session (``localCheckpoint``) while the batch before it still runs: ``{"files",
-    "part", "inspection", "seconds"}``, or None (nothing unclaimed; an error, printed).
-
-    Run in a thread of the fused tail beside that batch's job once the window's count has
-    landed (:func:`~airflow_iqp.window.readiness.may_compute_ahead`): the cluster's idle
-    moments in one small job (its planning, scheduling, commit) go to the other, and what
-    is left once that batch's partial is written is the merge. :func:`compute_ahead` uses
-    the part only if the unclaimed files are then still exactly these."""
-    if tail.members or not is_local(ws.location):
-        return None
-    t0 = time.perf_counter()
-    try:
-        files = files_of(unclaimed_units(tail, ws), tail.streams)
-        if not files:
-            return None
-        saved = load_query(ws.query_id, ws.store)
-        inspection = inspect_files(files, saved, ws.store.query(ws.query_id), claimed=ws.claimed_files())
-        part = run_batch(spark, saved, files, tail.static or None, inspection=inspection).localCheckpoint()
-    except Exception as exc:  # noqa: BLE001 - computed ahead only saves time; the tail reports errors
-        print(f"airflow-iqp final_job: {tail.label}: computing the last batch ahead failed, ignored: "
-              f"{type(exc).__name__}: {exc}", flush=True)
-        return None
-    seconds = time.perf_counter() - t0
-    print(f"airflow-iqp final_job: {tail.label}: computed the last batch's partial ahead from {len(files)} files "
-          f"in {seconds:.2f} s", flush=True)
-    return {"files": sorted(files), "part": part, "inspection": inspection, "seconds": seconds}
-
-
-class PartAhead:
-    """Beside the batch just before a single query's last one: a thread that, once the
-    window's count has landed (:func:`~airflow_iqp.window.readiness.may_compute_ahead`),
-    computes the last batch's partial (:func:`compute_part`) while that batch's job runs.
-    Under a gate on the cluster (``slots`` > 0) it runs in that batch's turn, and only while
-    no other batch queues for one: the cluster's idle moments go to it, not another
-    query's turn. Leaving the block waits for it; ``got`` is its result, or None. Not a
-    fused tail's last batch but one: a no-op."""
-
-    def __init__(self, spark, ws: WindowState, tail: Batch, slots: int, *, beside: Batch) -> None:
-        self.got: dict | None = None
-        self._stop = threading.Event()
-        self._thread = None
-        self._turns = open_store(tail.state_dir).turns() if slots > 0 else None
-        if not tail.members and beside.index == tail.index - 1 and tail.known_total:
-            self._thread = threading.Thread(target=self._watch, args=(spark, ws, tail), daemon=True,
-                                            name="iqp-part-ahead")
-
-    def _watch(self, spark, ws: WindowState, tail: Batch) -> None:
-        while not self._stop.is_set() and time.time() < tail.ready_ts:
-            if may_compute_ahead(tail, time.time()) and not (self._turns and self._turns.queued()):
-                self.got = compute_part(spark, ws, tail)
-                return
-            self._stop.wait(TAIL_POLL_S)
-
-    def __enter__(self) -> "PartAhead":
-        if self._thread is not None:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-
-
-def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict | None,
-                  part: dict | None = None) -> dict | str | None:
+def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict | None) -> dict | str | None:
     """A single query's last batch and merge, computed before the window's end once every unit
     the window counts has landed (:func:`~airflow_iqp.window.readiness.may_compute_ahead`),
     held in this process as the result's rows: ``{"files", "versions", "table", "meter",
@@ -116,8 +45,7 @@ def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict
     not local, an estimate above ``COLLECT_MAX_ROWS``, time stamps with and without a
     zone), when the cluster's turn does not come before the ready time, and on any error
     (printed: the tail meets it again, if it is one, and reports it); :data:`NOT_YET` while
-    a claimed batch has not written its partial. ``part``: the last batch's partial computed
-    beside the batch before it (:func:`compute_part`), used if it read exactly these files.
+    a claimed batch has not written its partial (a batch run by another task).
     """
     if tail.members or not is_local(ws.location):
         return None
@@ -130,9 +58,7 @@ def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict
         if not files:
             return None
         saved = load_query(ws.query_id, ws.store)
-        same = part is not None and part["files"] == sorted(files)
-        inspection = part["inspection"] if same else inspect_files(
-            files, saved, ws.store.query(ws.query_id), claimed=ws.claimed_files())
+        inspection = inspect_files(files, saved, ws.store.query(ws.query_id), claimed=ws.claimed_files())
         rows = merge_rows_estimate(ws, cover["partials"], inspection.rows, tail=True)
         if rows is None or rows > COLLECT_MAX_ROWS:
             return None
@@ -140,9 +66,8 @@ def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict
             if not got:
                 return None
             with StepMeter(spark) as meter:
-                last = part["part"] if same else run_batch(spark, saved, files, tail.static or None,
-                                                           inspection=inspection)
-                merged = run_final(spark, saved, ahead_or_paths(written, ws, cover["partials"]), also=last)
+                part = run_batch(spark, saved, files, tail.static or None, inspection=inspection)
+                merged = run_final(spark, saved, ahead_or_paths(written, ws, cover["partials"]), also=part)
                 table = result_table(merged)
     except Exception as exc:  # noqa: BLE001 - computed ahead only saves time; the tail reports errors
         print(f"airflow-iqp final_job: {tail.label}: computing the result ahead failed, ignored: "

@@ -27,7 +27,7 @@ import time
 from airflow_iqp.coordination import cluster_turn
 from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units, unit_of
 from airflow_iqp.query.store import load_query
-from airflow_iqp.spark.ahead import NOT_YET, PartAhead, compute_ahead, still_the_input
+from airflow_iqp.spark.ahead import NOT_YET, compute_ahead, still_the_input
 from airflow_iqp.spark.batch import batch_work, execute_batch, read_shared
 from airflow_iqp.spark.group_tail import execute_group_tail
 from airflow_iqp.spark.merge import execute_final, merge_rows_estimate
@@ -156,7 +156,6 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
     stop = (lambda: batch_ready(tail, time.time()) is not None) if tail.members else None
     ahead: list = [None]  # a single query's written partials, folded as they come
     rehearsed: list[float] = []
-    part = None  # the last batch's partial, computed beside the batch before it (PartAhead)
     try:
         for entry in tail.before:
             if fold_into_tail(entry, tail, time.time()) is not None:
@@ -167,11 +166,9 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
                 ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail, entry.ready_ts))
                 rehearsed += rehearse_tail(spark, ws, tail, slots, ahead[0], before=entry.ready_ts,
                                            rehearsals=REHEARSALS - len(rehearsed))
-            with PartAhead(spark, ws, tail, slots, beside=entry) as beside:
-                _run_batch_in_turn(spark, ws, entry, slots, backend, history, stop, kept)
-            part = beside.got or part
+            _run_batch_in_turn(spark, ws, entry, slots, backend, history, stop, kept)
         if not tail.members:
-            return _last_batch(spark, ws, tail, slots, backend, history, ahead, REHEARSALS - len(rehearsed), part)
+            return _last_batch(spark, ws, tail, slots, backend, history, ahead, REHEARSALS - len(rehearsed))
     finally:
         release(ahead[0])
     if tail.members:
@@ -201,7 +198,7 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
 
 
 def _last_batch(spark, ws: WindowState, tail: Batch, slots: int, backend: str, history: bool, ahead: list,
-                rehearsals: int, part: dict | None = None) -> dict:
+                rehearsals: int) -> dict:
     """A single query's last batch in its fused tail (:func:`run_tail`): fold, rehearse up to
     ``rehearsals`` times, wait folding (and, once the window's count has landed, computing
     the result ahead: :mod:`~airflow_iqp.spark.ahead`), claim, then write the result
@@ -216,7 +213,7 @@ def _last_batch(spark, ws: WindowState, tail: Batch, slots: int, backend: str, h
         t0 = time.time()
         ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail))
         if not computed and may_compute_ahead(tail, time.time()):
-            done = compute_ahead(spark, ws, tail, slots, ahead[0], part)
+            done = compute_ahead(spark, ws, tail, slots, ahead[0])
             if done is not NOT_YET:
                 computed.append(done)
         time.sleep(max(0.0, seconds - (time.time() - t0)))

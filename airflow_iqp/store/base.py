@@ -37,10 +37,6 @@ class Turns(abc.ABC):
     def queue(self, name: str) -> AbstractContextManager["Ticket"]:
         """Queue ``name`` until the context ends; the ticket takes the turn."""
 
-    @abc.abstractmethod
-    def queued(self) -> list[str]:
-        """The live names queued for a turn now (not running), in turn order."""
-
 
 class Ticket(abc.ABC):
     @abc.abstractmethod

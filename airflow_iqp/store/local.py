@@ -157,11 +157,6 @@ class _FlockTurns(Turns):
             ticket.release()
 
 
-    def queued(self) -> list[str]:
-        entries = sorted(self.waiting.iterdir()) if self.waiting.is_dir() else []
-        return [p.name for p in entries if _live(p)]
-
-
 def _hold(path: Path) -> int:
     import fcntl
 

@@ -302,9 +302,6 @@ class _LeaseTurns(Turns):
             del docs[key]
         return [k.rsplit("/", 1)[-1] for k in docs]
 
-    def queued(self) -> list[str]:
-        return sorted(self.live("waiting"))
-
     @contextlib.contextmanager
     def queue(self, name: str) -> Iterator["_LeaseTicket"]:
         ticket = _LeaseTicket(self, name)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,7 +15,6 @@ from tests.support.reference import assert_same_rows, duckdb_reference
 from tests.support.tasks import rewrite_claim
 
 from airflow_iqp.errors import DataError
-from airflow_iqp.filecheck import files_to_read
 from airflow_iqp.spark.batch import batch_work, execute_batch
 from airflow_iqp.spark.merge import execute_final
 from airflow_iqp.query.catalogue import get_query
@@ -99,6 +97,7 @@ def test_the_cost_history_has_each_batch_from_claim_to_partial_and_the_merge_fro
         spark, units, tpch_dir, tmp_path):
     """As the provider runs a window, each task recording its attempt before its job: the
     history's spans hold the task's start, which the job's own step seconds leave out."""
+    import time
     from types import SimpleNamespace
 
     from airflow_iqp.store import batch_name
@@ -156,6 +155,7 @@ def test_a_fused_tail_merges_the_partials_read_ahead_unless_one_was_written_agai
     folded into one cached state, folded again when a partial appears; the merge uses it
     only if no partial was written again since (a retried batch's new directory): the
     result is right either way."""
+    import time
 
     from airflow_iqp.spark.merge import ahead_or_paths
     from airflow_iqp.spark.steps import parquet_rows
@@ -207,6 +207,7 @@ def test_a_fused_tail_runs_the_batches_ready_after_it_started_then_the_last_as_u
     """``run_tail`` with ``before``: the final task, started early, runs batch 2 when its units
     are in and batch 3 (with the merge) when the window's last units land, from a real
     landing directory; with a gate (``slots=1``) the last batch's ``turn_ts`` does not hold it."""
+    import time
 
     from airflow_iqp.spark.tail import run_tail
     from airflow_iqp.window.readiness import claim_batch, split_tail
@@ -258,6 +259,7 @@ def test_a_fused_tail_rehearses_in_the_wait_before_a_batch_it_runs(spark, units,
     step in the wait before that batch, at most ``REHEARSALS`` times in all, and the result
     is the window's."""
     import re
+    import time
 
     from airflow_iqp.spark.tail import REHEARSAL_ROOM, REHEARSALS, run_tail
     from airflow_iqp.window.readiness import claim_batch, split_tail
@@ -459,6 +461,7 @@ def test_a_fused_tail_rehearses_before_the_windows_end_and_leaves_no_trace(spark
     while the window's end is far enough, and writes nothing in the window's state: no
     claim, partial, result or cost history. Too near the end, or with nothing claimed,
     it does not run."""
+    import time
 
     from airflow_iqp.spark.tail import REHEARSAL_ROOM, REHEARSALS, read_written, rehearse_tail
     from tests.support.batches import make_batch
@@ -491,11 +494,12 @@ def test_a_fused_tail_rehearses_before_the_windows_end_and_leaves_no_trace(spark
 
 
 def _tail_of_two(spark, units, tpch_dir, tmp_path, qid: str, first: int, count: int, ready_in: float,
-                 between: int = 0):
-    """(window, fused tail) of a window of batch 1 (its ``first`` units claimed and written)
-    and a last batch due ``ready_in`` seconds from now, the window's count ``count``; with no
-    room to rehearse or fold, so that the tail only waits, computes ahead, claims.
-    ``between``: units of a batch between them, ready 1 s from now, that the tail runs."""
+                 run_first: bool = True):
+    """(window, fused tail) of a window of batch 1 (its ``first`` units claimed and, with
+    ``run_first``, written) and a last batch due ``ready_in`` seconds from now, the window's
+    count ``count``; with no room to rehearse or fold, so that the tail only waits, computes
+    ahead, claims."""
+    import time
 
     from airflow_iqp.window.readiness import claim_batch, split_tail
     from tests.support.batches import make_batch
@@ -504,74 +508,47 @@ def _tail_of_two(spark, units, tpch_dir, tmp_path, qid: str, first: int, count: 
     landing, state = tmp_path / "landing", tmp_path / "state"
     landing.mkdir()
     now = time.time()
-    sizes = [(first, 0.0)] + ([(between, 1.0)] if between else []) + [(count - first - between, ready_in)]
-    of, cum = len(sizes), 0
-    entries = []
-    for i, (n, r) in enumerate(sizes, start=1):
-        cum += n
-        entries.append(make_batch(query=qid, window_id="w", index=i, of=of, units=n, cumulative=cum,
-                                  expected_total=count, last=i == of, ready_ts=now + r, latest_start_ts=now + 600,
-                                  deadline_ts=now + 600, landing=str(landing), state_dir=str(state), static=static,
-                                  cost=ready_in, remaining_cost=ready_in, label=f"batch {i}/{of}"))
-    mapped, tail = split_tail(entries, lead=ready_in - 0.5)
+    entries = [make_batch(query=qid, window_id="w", index=i, of=2, units=n, cumulative=c, expected_total=count,
+                          last=i == 2, ready_ts=now + r, latest_start_ts=now + 600, deadline_ts=now + 600,
+                          landing=str(landing), state_dir=str(state), static=static, cost=ready_in,
+                          remaining_cost=ready_in, label=f"batch {i}/2")
+               for i, n, c, r in ((1, first, first, 0.0), (2, count - first, count, ready_in))]
+    mapped, tail = split_tail(entries, lead=ready_in - 1.0)
     for u in units[:first]:
         shutil.copytree(u, landing / u.name)
     claim_batch(mapped[0])
     ws = tpch_window(state, qid, "w")
-    execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)
+    if run_first:
+        execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)
     return ws, tail.with_(ready_ts=time.time() + ready_in)  # however long batch 1 took
 
 
-@pytest.mark.parametrize("slots,other", [(0, False), (1, False), (1, True)], ids=["no-gate", "gate", "queued"])
-def test_a_fused_tail_computes_its_last_batch_beside_the_batch_before_it(
-        spark, units, tpch_dir, tmp_path, capsys, monkeypatch, slots, other):
-    """The window's count lands once the tail has claimed the batch before the last: a thread
-    computes the last batch's partial while that batch's job runs, the result computed
-    ahead merges it, and it equals DuckDB's; no unit is counted twice. Under a gate it does
-    so in that batch's turn, not while another batch queues for one."""
-    import contextlib
+def test_a_result_is_computed_ahead_once_the_batch_another_task_runs_has_written_its_partial(
+        spark, units, tpch_dir, tmp_path, capsys):
+    """Batch 1 has claimed, and its own task writes its partial only after the window's
+    count has landed: until then computing ahead is "not yet", tried again at each poll,
+    and the result is computed ahead once the partial is there."""
+    import threading
+    import time
 
-    from airflow_iqp.spark import ahead
-    from airflow_iqp.spark import tail as tail_module
+    from airflow_iqp.spark.tail import run_tail
 
-    qid = "q3"
-    ws, tail = _tail_of_two(spark, units, tpch_dir, tmp_path, qid, first=3, count=len(units), ready_in=8.0,
-                            between=2)
-    assert [e.index for e in tail.before] == [2] and tail.index == 3
-    for u in units[3:5]:
+    qid = "cq3"
+    ws, tail = _tail_of_two(spark, units, tpch_dir, tmp_path, qid, first=4, count=len(units), ready_in=8.0,
+                            run_first=False)
+    for u in units[4:]:
         shutil.copytree(u, Path(tail.landing) / u.name)
-    parts = []
-    compute_part, execute_batch = ahead.compute_part, tail_module.execute_batch
-
-    def noted(*args):
-        started = time.time()
-        parts.append((started, compute_part(*args)))
-        return parts[-1][1]
-
-    def then_the_rest_lands(*args, **kwargs):  # batch 2 has claimed: the count's last units land
-        for u in units[5:]:
-            shutil.copytree(u, Path(tail.landing) / u.name)
-        return execute_batch(*args, **kwargs)
-
-    monkeypatch.setattr(ahead, "compute_part", noted)
-    monkeypatch.setattr(tail_module, "execute_batch", then_the_rest_lands)
-    # Another query's batch queued behind this window's (its name sorts after theirs).
-    queued = open_store(tail.state_dir).turns().queue("zzzz-other") if other else contextlib.nullcontext()
-    with queued:
-        manifest = tail_module.run_tail(spark, ws, tail, slots, backend=BACKEND)
+    static = str(tpch_dir / "static")
+    other = threading.Thread(target=lambda: (time.sleep(2.0),
+                                             execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)))
+    other.start()
+    manifest = run_tail(spark, ws, tail, backend=BACKEND)
+    other.join()
     out = capsys.readouterr().out
-    assert "writing it" in out
-    if other:
-        assert not parts and "computed the last batch's partial ahead" not in out
-    else:
-        assert "computed the last batch's partial ahead from" in out
-        assert len(parts) == 1 and parts[0][1]["files"] == sorted(files_to_read(ws.claim_of(3)))
-        started = parts[0][0]  # when the thread started computing it: beside batch 2's job
-        assert ws.claim_of(2)["claimed_at"] <= started < ws.metrics(2)["written_at"]
-    assert manifest["computed_ahead_at"] <= ws.claim_of(3)["claimed_at"]
-    assert manifest["batches"] == [1, 2, 3] and manifest["units"] == [u.name for u in units]
+    assert "computed the result ahead from" in out and "writing it" in out and "failed" not in out
+    assert ws.metrics(1)["written_at"] <= manifest["computed_ahead_at"] <= ws.claim_of(2)["claimed_at"]
     _cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
-    assert_same_rows(result_rows(spark, ws), ref, ordered=get_query(qid).ordered, label="beside")
+    assert_same_rows(result_rows(spark, ws), ref, ordered=get_query(qid).ordered, label="after its partial")
 
 
 def test_a_fused_tail_computes_its_result_once_the_count_has_landed_and_writes_it_when_the_claim_matches(

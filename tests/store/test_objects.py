@@ -183,15 +183,3 @@ def test_a_log_s_records_are_fetched_once_per_process_and_handed_out_as_copies(l
     records = again.cost_history("q")
     records[0]["units"] = 99  # a caller's change does not reach the next reader
     assert again.cost_history("q", kind="batch")[0]["units"] == 1
-
-
-@pytest.mark.parametrize("kind", ["local", "objects"])
-def test_queued_lists_the_live_batches_waiting_for_a_turn_not_those_running(kind, tmp_path, request):
-    store = open_store(str(tmp_path) if kind == "local" else request.getfixturevalue("location"))
-    turns = store.turns()
-    assert turns.queued() == []
-    with turns.queue("0002-b"), turns.queue("0001-a") as a:
-        assert turns.queued() == ["0001-a", "0002-b"]
-        assert a.try_take(1, True) == (True, False)
-        assert turns.queued() == ["0002-b"]  # "0001-a" runs
-    assert turns.queued() == []
