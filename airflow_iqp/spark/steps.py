@@ -47,13 +47,60 @@ def static_path(static, table: str) -> str:
     return f"{str(static).rstrip('/')}/{check_name(table, 'static')}.parquet"
 
 
+#: The schemas of local static tables that this process asked Spark for
+#: (:func:`hold_static_schemas`), by path and the files' names, sizes and modification times.
+_STATIC_SCHEMAS: dict[tuple, object] = {}
+
+
 def read_static(spark, static, table: str):
+    """A static table's DataFrame. Its schema is given to the reader if this process holds it
+    (:func:`hold_static_schemas`) and the table's files are unchanged; else Spark infers it."""
     path = static_path(static, table)
     if is_local(path) and not os.path.exists(local_path(path)):
         raise DataError(f"{path}: static table {table} does not exist")
     fmt = next((f for f in ("csv", "json", "orc") if path.endswith("." + f)), "parquet")
     reader = spark.read.format(fmt)
-    return (reader.option("header", "true").option("inferSchema", "true") if fmt == "csv" else reader).load(path)
+    if fmt == "csv":
+        reader = reader.option("header", "true").option("inferSchema", "true")
+    held = _STATIC_SCHEMAS.get(_files_key(path)) if is_local(path) else None
+    return (reader if held is None else reader.schema(held)).load(path)
+
+
+def hold_static_schemas(spark, saved: Saved, static=None) -> None:
+    """Ask Spark now for the schemas of ``saved``'s local static tables (``static`` as
+    :func:`run_batch` takes it; the final step's are among them), and give them with every
+    later read of those tables in this process (:func:`read_static`).
+
+    Spark infers a static table's schema each time a plan that reads it is analysed: a
+    Spark job that reads a parquet file's footer (a scan of a csv file), on every batch and
+    every merge. A fused tail runs many such plans in one session, the last of them after
+    the window's end. A schema is held only for the files it was read from: a table whose
+    files change (names, sizes or modification times) is inferred again. Tables on an object
+    store are not held: knowing that they are unchanged costs a listing of the store."""
+    query = saved.query
+    static = static if static is not None else saved.static
+    names = [t for t in query.static if static is not None and is_local(static_path(static, t))]
+    for table, df in read_statics(spark, query, static, names).items():
+        key = _files_key(static_path(static, table))
+        if key not in _STATIC_SCHEMAS:
+            _STATIC_SCHEMAS[key] = df.schema
+
+
+def _files_key(path: str) -> tuple:
+    """A local file's or directory's path with its files' names, sizes and modification times."""
+    root = local_path(path)
+    if os.path.isfile(root):
+        found = [root]
+    else:
+        found = sorted(os.path.join(d, f) for d, _dirs, files in os.walk(root) for f in files)
+    stats = []
+    for f in found:
+        try:
+            st = os.stat(f)
+        except FileNotFoundError:  # removed while listed: the key differs from any held
+            continue
+        stats.append((f, st.st_size, st.st_mtime_ns))
+    return (root, tuple(stats))
 
 
 def as_saved(query: Saved | str) -> Saved:

@@ -31,7 +31,7 @@ from airflow_iqp.spark.ahead import NOT_YET, compute_ahead, still_the_input
 from airflow_iqp.spark.batch import batch_work, execute_batch, read_shared
 from airflow_iqp.spark.group_tail import execute_group_tail
 from airflow_iqp.spark.merge import execute_final, merge_rows_estimate
-from airflow_iqp.spark.steps import parquet_writer, partial_of, run_batch, run_final
+from airflow_iqp.spark.steps import hold_static_schemas, parquet_writer, partial_of, run_batch, run_final
 from airflow_iqp.store import WindowState
 from airflow_iqp.streams import stream_of
 from airflow_iqp.window.batch import Batch
@@ -130,7 +130,8 @@ def execute_tail(spark, ws: WindowState, tail_batch: int | None, static: str | d
 def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: str, history: bool = True) -> dict:
     """A fused tail in the final task's own session (both backends; the spark-submit job's
     driver, or the Connect task): the session is open and warm before the last batch's
-    input is complete, so after the window's end only the work is left.
+    input is complete, so after the window's end only the work is left. It holds its
+    static tables' schemas from the start (:func:`~airflow_iqp.spark.steps.hold_static_schemas`).
 
     ``tail`` is the plan's tail (``split_tail``). First each batch ready after the task
     started (``tail.before``), in order: wait until it may start, as its sensor would,
@@ -149,6 +150,8 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
     partial already written.
     """
     spark.range(1).collect()  # the session's first query pays its set-up: not after the window's end
+    for m in tail.members or (ws.query_id,):  # not inferred again by each batch, rehearsal and merge
+        hold_static_schemas(spark, load_query(m, ws.store), tail.static or None)
     if slots > 0:
         tail = tail.with_(turn_ts=0.0)
     kept: dict = {}  # a group's batch handed over: its units, cached for the tail

@@ -599,3 +599,37 @@ def test_a_unit_landing_after_the_result_was_computed_ahead_is_in_the_result(
     assert "computed_ahead_at" not in manifest and manifest["units"] == [u.name for u in units]
     _cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
     assert_same_rows(result_rows(spark, ws), ref, ordered=get_query(qid).ordered, label="a unit after")
+
+
+def test_a_held_static_schema_spares_each_read_its_inference_until_the_tables_files_change(spark, tmp_path):
+    """After ``hold_static_schemas``, a read of a local static table is analysed without the
+    Spark job that infers its schema; once the table's files change, it is inferred again
+    and the new column is read."""
+    from airflow_iqp.query.store import catalogued
+    from airflow_iqp.spark import steps
+
+    table = tmp_path / "static" / "customer.parquet"
+    table.mkdir(parents=True)
+    pq.write_table(pa.table({"c_custkey": [1, 2], "c_mktsegment": ["BUILDING", "MACHINERY"]}),
+                   table / "part-0.parquet")
+    sc = spark.sparkContext
+
+    def jobs_to_analyse(group: str) -> tuple[list[str], int]:
+        sc.setJobGroup(group, group)
+        try:
+            columns = steps.read_static(spark, str(tmp_path / "static"), "customer").columns
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        return columns, len(sc.statusTracker().getJobIdsForGroup(group))
+
+    assert jobs_to_analyse("inferred")[1] >= 1  # nothing held: Spark infers the schema with a job
+    steps.hold_static_schemas(spark, catalogued("q3"), str(tmp_path / "static"))
+    try:
+        assert jobs_to_analyse("held") == (["c_custkey", "c_mktsegment"], 0)
+        os.remove(table / "part-0.parquet")
+        pq.write_table(pa.table({"c_custkey": [1], "c_mktsegment": ["BUILDING"], "c_nationkey": [7]}),
+                       table / "part-1.parquet")
+        columns, jobs = jobs_to_analyse("changed")
+        assert columns == ["c_custkey", "c_mktsegment", "c_nationkey"] and jobs >= 1
+    finally:
+        steps._STATIC_SCHEMAS.clear()
