@@ -17,7 +17,7 @@ from airflow_iqp.streams import Stream
 from airflow_iqp.window.accounting import late_units
 from airflow_iqp.window.config import QueryConfig
 from airflow_iqp.window.plan import plan_window, store_plan
-from airflow_iqp.window.readiness import batch_ready, claim_batch, may_compute_ahead
+from airflow_iqp.window.readiness import batch_ready, claim_batch, leave_to_tail, may_compute_ahead
 
 T0 = dt.datetime(2027, 3, 1, 9, 58, tzinfo=dt.timezone.utc).timestamp()  # windows of 2 minutes from here
 W = 120.0
@@ -217,6 +217,27 @@ def test_a_last_batch_is_not_computed_ahead_before_the_batch_before_it_has_claim
     for b in wp.batches[:-1]:
         claim_batch(b, now=T0 + 20)
     assert may_compute_ahead(wp.batches[-1], T0 + 20)
+
+
+def test_a_batch_before_the_last_may_leave_its_units_to_the_result_ahead_once_the_count_has_landed(tmp_path):
+    """``folding``: the batch before the last has not claimed, and the result computed ahead
+    would take its units; that needs the window's count landed, and ends once it has claimed."""
+    landing = tmp_path / "landing"
+    cfg = bound(flat_cfg(tmp_path, units=8, rate=8 / W), T0, T0 + W)
+    wp = plan_window(cfg, T0, T0 + W, T0 + W + 9, now=T0)
+    entry, last = wp.batches
+    for i in range(7):
+        drop(landing, f"c-{i}.csv", T0 + 5 + i)
+    assert not may_compute_ahead(last, T0 + 20, folding=entry)  # one unit of the count is missing
+    drop(landing, "c-7.csv", T0 + 30)
+    assert may_compute_ahead(last, T0 + 40, folding=entry)
+    assert not may_compute_ahead(last, T0 + 40)  # without folding, the batch before it has not claimed
+    assert not may_compute_ahead(last, last.ready_ts, folding=entry)  # from its ready time on, the claim decides
+    leave_to_tail(entry)
+    assert entry.window_state().claim_of(entry.index)["units"] == []
+    assert not may_compute_ahead(last, T0 + 40, folding=entry)  # it has claimed (nothing): no longer to fold
+    assert may_compute_ahead(last, T0 + 40)
+    assert leave_to_tail(entry) is None  # claimed once
 
 
 def test_a_result_is_computed_ahead_only_once_every_claimed_batch_has_its_partial(tmp_path):

@@ -21,7 +21,7 @@ from airflow_iqp.spark.steps import COLLECT_MAX_ROWS, result_table, run_batch, r
 from airflow_iqp.store import WindowState
 from airflow_iqp.streams import files_of
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.readiness import unclaimed_units
+from airflow_iqp.window.readiness import leave_to_tail, may_compute_ahead, unclaimed_units, wait_ready
 
 
 #: What :func:`compute_ahead` returns while a batch before the last has claimed its units and
@@ -80,6 +80,34 @@ def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict
     return {"files": sorted(files), "versions": versions, "table": table, "meter": meter,
             "quarantined": inspection.quarantined, "rows_in": inspection.rows,
             "computed_at": time.time()}
+
+
+def compute_ahead_instead(spark, ws: WindowState, entry: Batch, tail: Batch, slots: int, written: dict | None,
+                           computed: list) -> bool:
+    """Whether a single query's batch before its last (``entry``) left its units to the result
+    computed ahead: once ``entry`` may start, if the window's count has landed by then
+    (:func:`~airflow_iqp.window.readiness.may_compute_ahead` with ``folding``), a fused
+    tail computes its last batch and merge (:func:`compute_ahead`) over every unclaimed
+    unit, ``entry``'s among them, and ``entry`` claims nothing
+    (:func:`~airflow_iqp.window.readiness.leave_to_tail`).
+    That is one job where running ``entry`` would be two, with a partial written and read
+    again between them, and it ends before the window's end where the plan's last batch
+    would start. Where nothing was computed (a result too large to hold, a batch claimed by
+    another task and not written yet, an error), ``entry`` runs as planned. The result is
+    appended to ``computed``."""
+    if ws.has_claim(entry.index):  # a retry: it claimed in the earlier attempt
+        return False
+    wait_ready(entry)
+    if not may_compute_ahead(tail, time.time(), folding=entry):
+        return False
+    done = compute_ahead(spark, ws, tail, slots, written)
+    if not isinstance(done, dict):
+        return False
+    computed.append(done)
+    if leave_to_tail(entry) is not None:
+        print(f"airflow-iqp final_job: {entry.label}: the window's count had landed; its units are in the "
+              "result computed ahead", flush=True)
+    return True
 
 
 def still_the_input(done: dict, ws: WindowState, claim: dict, label: str) -> bool:

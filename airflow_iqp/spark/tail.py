@@ -27,7 +27,7 @@ import time
 from airflow_iqp.coordination import cluster_turn
 from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units, unit_of
 from airflow_iqp.query.store import load_query
-from airflow_iqp.spark.ahead import NOT_YET, compute_ahead, still_the_input
+from airflow_iqp.spark.ahead import NOT_YET, compute_ahead, compute_ahead_instead, still_the_input
 from airflow_iqp.spark.batch import batch_work, execute_batch, read_shared
 from airflow_iqp.spark.group_tail import execute_group_tail
 from airflow_iqp.spark.merge import execute_final, merge_rows_estimate
@@ -35,8 +35,8 @@ from airflow_iqp.spark.steps import hold_static_schemas, parquet_writer, partial
 from airflow_iqp.store import WindowState
 from airflow_iqp.streams import stream_of
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.readiness import (TAIL_POLL_S, batch_ready, fold_into_tail, may_compute_ahead, to_rehearse,
-                                         wait_and_claim)
+from airflow_iqp.window.readiness import (TAIL_POLL_S, batch_ready, fold_into_tail, leave_to_tail, may_compute_ahead,
+                                         to_rehearse, wait_and_claim)
 
 
 def read_written(spark, ws: WindowState, earlier: dict | None = None, until: float | None = None) -> dict | None:
@@ -56,8 +56,7 @@ def read_written(spark, ws: WindowState, earlier: dict | None = None, until: flo
     the merge reads both. A query whose states do not fold (a variance, a function query)
     has its partials read and their schema resolved. A fold that fails is printed and
     left out: the merge reads the partials. :func:`execute_final` uses the entry only if
-    the window's partials are still those; :func:`release` frees its cached state.
-    """
+    the window's partials are still those; :func:`release` frees its cached state."""
     dirs = ws.partial_versions()
     seconds = (earlier or {}).get("fold_seconds", 0.0)
     fold = until is None or time.time() + seconds < until
@@ -159,8 +158,12 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
     stop = (lambda: batch_ready(tail, time.time()) is not None) if tail.members else None
     ahead: list = [None]  # a single query's written partials, folded as they come
     rehearsed: list[float] = []
+    computed: list = []  # a single query's result computed ahead (compute_ahead), once
     try:
         for entry in tail.before:
+            if computed and leave_to_tail(entry) is not None:
+                print(f"airflow-iqp final_job: {entry.label}: its units are in the result computed ahead", flush=True)
+                continue
             if fold_into_tail(entry, tail, time.time()) is not None:
                 print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch",
                       flush=True)
@@ -169,9 +172,11 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
                 ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail, entry.ready_ts))
                 rehearsed += rehearse_tail(spark, ws, tail, slots, ahead[0], before=entry.ready_ts,
                                            rehearsals=REHEARSALS - len(rehearsed))
+                if compute_ahead_instead(spark, ws, entry, tail, slots, ahead[0], computed):
+                    continue
             _run_batch_in_turn(spark, ws, entry, slots, backend, history, stop, kept)
         if not tail.members:
-            return _last_batch(spark, ws, tail, slots, backend, history, ahead, REHEARSALS - len(rehearsed))
+            return _last_batch(spark, ws, tail, slots, backend, history, ahead, REHEARSALS - len(rehearsed), computed)
     finally:
         release(ahead[0])
     if tail.members:
@@ -201,16 +206,15 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
 
 
 def _last_batch(spark, ws: WindowState, tail: Batch, slots: int, backend: str, history: bool, ahead: list,
-                rehearsals: int) -> dict:
+                rehearsals: int, computed: list) -> dict:
     """A single query's last batch in its fused tail (:func:`run_tail`): fold, rehearse up to
     ``rehearsals`` times, wait folding (and, once the window's count has landed, computing
     the result ahead: :mod:`~airflow_iqp.spark.ahead`), claim, then write the result
-    computed ahead if the claim reads its files, else run the batch with the merge.
-    ``ahead[0]`` is the folded state (:func:`read_written`), kept there for the caller to release."""
-    ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail))
-    rehearse_tail(spark, ws, tail, slots, ahead[0], rehearsals=rehearsals)
-
-    computed: list = []  # the result computed ahead (compute_ahead), once
+    computed ahead (``computed``, if a batch before left its units to it) if the claim reads its
+    files, else run the batch with the merge. ``ahead[0]`` is the folded state (:func:`read_written`)."""
+    if not computed:
+        ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail))
+        rehearse_tail(spark, ws, tail, slots, ahead[0], rehearsals=rehearsals)
 
     def sleep(seconds: float) -> None:  # while it waits: fold the partials again when they change
         t0 = time.time()

@@ -102,19 +102,27 @@ def _arrived(batch: Batch, now: float, needed: int, listing: Any = None) -> int:
     return len(listed)
 
 
-def may_compute_ahead(batch: Batch, now: float) -> bool:
+def may_compute_ahead(batch: Batch, now: float, folding: Batch | None = None) -> bool:
     """The last batch of a window whose count of units is known (``Arrival(units=...)``),
     before its ready time, once that count has landed and the batch before it has claimed:
     a fused tail may then compute its result ahead, and write it when the batch claims at
     its ready time only if that claim reads exactly the files it computed from
     (:func:`airflow_iqp.spark.ahead.compute_ahead`). The claim itself keeps waiting for the
-    ready time (:func:`fire_at`): a count is a hint."""
+    ready time (:func:`fire_at`): a count is a hint.
+
+    ``folding``: a batch of the tail's ``before`` that has not claimed, whose units and
+    those of the batches after it the result computed ahead would take (:func:`leave_to_tail`);
+    then the batch before ``folding`` must have claimed instead."""
     batch = effective(batch)
     if not (batch.last and batch.known_total) or batch.late or batch.skip or batch.max_units is not None:
         return False
-    if not batch.turn_ts <= now < batch.ready_ts or batch.window_state().has_claim(batch.index):
+    ws = batch.window_state()
+    if not batch.turn_ts <= now < batch.ready_ts or ws.has_claim(batch.index):
         return False
-    return _arrived(batch, now, batch.expected_total) >= batch.expected_total and _previous_decided(batch)
+    if folding is not None and (ws.has_claim(folding.index) or folding.max_units is not None):
+        return False
+    return (_arrived(batch, now, batch.expected_total) >= batch.expected_total
+            and _previous_decided(batch if folding is None else effective(folding)))
 
 
 def _previous_decided(batch: Batch) -> bool:
@@ -199,10 +207,23 @@ def fold_into_tail(entry: Batch, tail: Batch, now: float) -> dict | None:
     unknown total, which re-plans as each batch claims, always does)."""
     if not entry.known_total or now < tail.ready_ts:
         return None
+    return leave_to_tail(entry)
+
+
+def leave_to_tail(entry: Batch) -> dict | None:
+    """Claim nothing for a batch of a fused tail's ``before``, so that its units go to the last
+    batch (:func:`fold_into_tail`, or a result computed ahead that took them); None if it
+    has claimed already (a retry: it claimed in the earlier attempt)."""
     ws = entry.window_state()
-    if ws.has_claim(entry.index):  # a retry: it claimed in the earlier attempt
+    if ws.has_claim(entry.index):
         return None
     return ws.claim(entry.index, [], [])
+
+
+def wait_ready(batch: Batch, poll: float = TAIL_POLL_S, sleep: Any = time.sleep) -> None:
+    """Wait in process until :func:`batch_ready` says the batch may start (see :func:`wait_and_claim`)."""
+    while batch_ready(batch, time.time()) is None:
+        sleep(max(poll, min(1.0, batch.ready_ts - 1.0 - time.time())))
 
 
 def wait_and_claim(batch: Batch, poll: float = TAIL_POLL_S, sleep: Any = time.sleep) -> dict:
@@ -216,8 +237,7 @@ def wait_and_claim(batch: Batch, poll: float = TAIL_POLL_S, sleep: Any = time.sl
     the claim manifest (a retry re-reads the same claim).
     """
     if not batch.window_state().has_claim(batch.index):
-        while batch_ready(batch, time.time()) is None:
-            sleep(max(poll, min(1.0, batch.ready_ts - 1.0 - time.time())))
+        wait_ready(batch, poll, sleep)
     return claim_batch(batch)
 
 

@@ -494,11 +494,12 @@ def test_a_fused_tail_rehearses_before_the_windows_end_and_leaves_no_trace(spark
 
 
 def _tail_of_two(spark, units, tpch_dir, tmp_path, qid: str, first: int, count: int, ready_in: float,
-                 run_first: bool = True):
+                 run_first: bool = True, middle: int = 0):
     """(window, fused tail) of a window of batch 1 (its ``first`` units claimed and, with
     ``run_first``, written) and a last batch due ``ready_in`` seconds from now, the window's
     count ``count``; with no room to rehearse or fold, so that the tail only waits, computes
-    ahead, claims."""
+    ahead, claims. With ``middle``, a batch of that many units between them, ready 1 s
+    from now, which the tail runs (its ``before``)."""
     import time
 
     from airflow_iqp.window.readiness import claim_batch, split_tail
@@ -508,12 +509,15 @@ def _tail_of_two(spark, units, tpch_dir, tmp_path, qid: str, first: int, count: 
     landing, state = tmp_path / "landing", tmp_path / "state"
     landing.mkdir()
     now = time.time()
-    entries = [make_batch(query=qid, window_id="w", index=i, of=2, units=n, cumulative=c, expected_total=count,
-                          last=i == 2, ready_ts=now + r, latest_start_ts=now + 600, deadline_ts=now + 600,
+    sizes = [(first, 0.0), *([(middle, 1.0)] if middle else []), (count - first - middle, ready_in)]
+    of = len(sizes)
+    entries = [make_batch(query=qid, window_id="w", index=i, of=of, units=n,
+                          cumulative=sum(m for m, _r in sizes[:i]), expected_total=count,
+                          last=i == of, ready_ts=now + r, latest_start_ts=now + 600, deadline_ts=now + 600,
                           landing=str(landing), state_dir=str(state), static=static, cost=ready_in,
-                          remaining_cost=ready_in, label=f"batch {i}/2")
-               for i, n, c, r in ((1, first, first, 0.0), (2, count - first, count, ready_in))]
-    mapped, tail = split_tail(entries, lead=ready_in - 1.0)
+                          remaining_cost=ready_in, label=f"batch {i}/{of}")
+               for i, (n, r) in enumerate(sizes, start=1)]
+    mapped, tail = split_tail(entries, lead=ready_in - 0.5)
     for u in units[:first]:
         shutil.copytree(u, landing / u.name)
     claim_batch(mapped[0])
@@ -521,6 +525,32 @@ def _tail_of_two(spark, units, tpch_dir, tmp_path, qid: str, first: int, count: 
     if run_first:
         execute_batch(spark, batch_work(ws, 1, static), backend=BACKEND)
     return ws, tail.with_(ready_ts=time.time() + ready_in)  # however long batch 1 took
+
+
+def test_a_batch_before_the_last_whose_input_is_ready_after_the_count_has_landed_leaves_it_to_the_result_ahead(
+        spark, units, tpch_dir, tmp_path, capsys):
+    """The tail's batch before its last may start only once the window's count has landed:
+    it claims nothing, the tail computes its last batch and merge over both batches' units
+    ahead, and at the ready time writes those rows, which equal DuckDB's. No partial of
+    that batch is written."""
+    from airflow_iqp.spark.tail import run_tail
+
+    qid = "q3"
+    ws, tail = _tail_of_two(spark, units, tpch_dir, tmp_path, qid, first=3, count=len(units), ready_in=8.0,
+                            middle=2)
+    assert [b.index for b in tail.before] == [2]
+    for u in units[3:]:
+        shutil.copytree(u, Path(tail.landing) / u.name)
+    manifest = run_tail(spark, ws, tail, backend=BACKEND)
+    out = capsys.readouterr().out
+    assert "batch 2/3: the window's count had landed; its units are in the result computed ahead" in out
+    assert "writing it" in out and "failed" not in out
+    assert ws.claim_of(2)["units"] == [] and not ws.has_partial(2) and not ws.has_partial(3)
+    claim = ws.claim_of(3)
+    assert claim["units"] == [u.name for u in units[3:]] and claim["claimed_at"] >= tail.ready_ts
+    assert manifest["computed_ahead_at"] <= claim["claimed_at"]
+    _cols, ref = duckdb_reference(qid, units, tpch_dir / "static")
+    assert_same_rows(result_rows(spark, ws), ref, ordered=get_query(qid).ordered, label="left to the result ahead")
 
 
 def test_a_result_is_computed_ahead_once_the_batch_another_task_runs_has_written_its_partial(
