@@ -17,7 +17,7 @@ from airflow_iqp.streams import Stream
 from airflow_iqp.window.accounting import late_units
 from airflow_iqp.window.config import QueryConfig
 from airflow_iqp.window.plan import plan_window, store_plan
-from airflow_iqp.window.readiness import batch_ready, claim_batch, leave_to_tail, may_compute_ahead
+from airflow_iqp.window.readiness import batch_ready, claim_batch, count_wait_until, leave_to_tail, may_compute_ahead
 
 T0 = dt.datetime(2027, 3, 1, 9, 58, tzinfo=dt.timezone.utc).timestamp()  # windows of 2 minutes from here
 W = 120.0
@@ -238,6 +238,36 @@ def test_a_batch_before_the_last_may_leave_its_units_to_the_result_ahead_once_th
     assert not may_compute_ahead(last, T0 + 40, folding=entry)  # it has claimed (nothing): no longer to fold
     assert may_compute_ahead(last, T0 + 40)
     assert leave_to_tail(entry) is None  # claimed once
+
+
+def test_a_batch_before_the_last_waits_for_the_count_only_while_its_planned_units_are_late_and_folding_pays(tmp_path):
+    """A batch whose time came before its planned units landed waits for the window's count
+    while one batch over the rest and the merge would still finish by the plan's finish of
+    running it and the last batch, never past the last batch's ready time; not at all once
+    its planned units have landed."""
+    from airflow_iqp.window.replan import models_in_effect
+
+    landing = tmp_path / "landing"
+    cfg = bound(flat_cfg(tmp_path, units=8, rate=8 / W, cost_hint={"kind": "linear", "per_unit": 2.0,
+                                                                      "per_batch": 1.0}), T0, T0 + W)
+    wp = plan_window(cfg, T0, T0 + W, T0 + W + 9, now=T0)
+    store_plan(wp)
+    first, entry, last = wp.batches
+    for i in range(first.cumulative):
+        drop(landing, f"c-{i}.csv", T0 + 1 + i)
+    claim_batch(first, now=first.ready_ts)
+    for i in range(first.cumulative, entry.cumulative - 1):  # one of its planned units is late
+        drop(landing, f"c-{i}.csv", T0 + 40 + i)
+    now = entry.latest_start_ts
+    until = count_wait_until(entry, last, now)
+    cost, agg = models_in_effect(entry.window_state())
+    rest = entry.expected_total - first.cumulative
+    run = max(now + entry.cost, last.ready_ts) + last.remaining_cost
+    assert now < until < last.ready_ts
+    assert until + cost.cost(rest) + agg.cost(2) == pytest.approx(run)  # folding then finishes as running it would
+    assert count_wait_until(entry, last, last.ready_ts - 0.1) == last.ready_ts  # never past the last batch's ready time
+    drop(landing, f"c-{entry.cumulative - 1}.csv", T0 + 50)
+    assert count_wait_until(entry, last, now) == now  # its units are in: the count is due when planned
 
 
 def test_a_result_is_computed_ahead_only_once_every_claimed_batch_has_its_partial(tmp_path):

@@ -21,7 +21,8 @@ from airflow_iqp.spark.steps import COLLECT_MAX_ROWS, result_table, run_batch, r
 from airflow_iqp.store import WindowState
 from airflow_iqp.streams import files_of
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.readiness import leave_to_tail, may_compute_ahead, unclaimed_units, wait_ready
+from airflow_iqp.window.readiness import (TAIL_POLL_S, count_wait_until, leave_to_tail, may_compute_ahead,
+                                         unclaimed_units, wait_ready)
 
 
 #: What :func:`compute_ahead` returns while a batch before the last has claimed its units and
@@ -92,14 +93,19 @@ def compute_ahead_instead(spark, ws: WindowState, entry: Batch, tail: Batch, slo
     (:func:`~airflow_iqp.window.readiness.leave_to_tail`).
     That is one job where running ``entry`` would be two, with a partial written and read
     again between them, and it ends before the window's end where the plan's last batch
-    would start. Where nothing was computed (a result too large to hold, a batch claimed by
+    would start. When ``entry`` may start before the units it was planned for have all
+    landed, it waits for the count a while first
+    (:func:`~airflow_iqp.window.readiness.count_wait_until`). Where nothing was computed (a result too large to hold, a batch claimed by
     another task and not written yet, an error), ``entry`` runs as planned. The result is
     appended to ``computed``."""
     if ws.has_claim(entry.index):  # a retry: it claimed in the earlier attempt
         return False
     wait_ready(entry)
-    if not may_compute_ahead(tail, time.time(), folding=entry):
-        return False
+    until = count_wait_until(entry, tail, time.time())
+    while not may_compute_ahead(tail, time.time(), folding=entry):
+        if time.time() >= until:
+            return False
+        time.sleep(TAIL_POLL_S)
     done = compute_ahead(spark, ws, tail, slots, written)
     if not isinstance(done, dict):
         return False

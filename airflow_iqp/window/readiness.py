@@ -12,7 +12,7 @@ from airflow_iqp.landing import count_names, list_units
 from airflow_iqp.store import ClaimError
 from airflow_iqp.streams import files_of
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.replan import effective, fresh_models, recost, replan, replan_after
+from airflow_iqp.window.replan import effective, fresh_models, models_in_effect, recost, replan, replan_after
 
 #: How often the fused tail's task looks at the landing directory while it waits, and a
 #: batch next in line at the gate looks for its turn: with tight deadlines a tenth of a
@@ -123,6 +123,33 @@ def may_compute_ahead(batch: Batch, now: float, folding: Batch | None = None) ->
         return False
     return (_arrived(batch, now, batch.expected_total) >= batch.expected_total
             and _previous_decided(batch if folding is None else effective(folding)))
+
+
+def count_wait_until(entry: Batch, tail: Batch, now: float) -> float:
+    """Until when a single query's batch of its fused tail's ``before`` (``entry``), whose
+    time has come before every unit it was planned for has landed, waits for the window's
+    count, so that it may leave its units to the result computed ahead
+    (:func:`may_compute_ahead` with ``folding``); ``now`` (no wait) once its planned units
+    have landed: the rest of the count is due when the plan says.
+
+    Its units late against the plan mean the window's arrivals run behind it, and the last
+    of them often land together. The wait lasts while that result (one batch over every
+    unit not claimed, and the merge, at the window's planned costs) would still finish no
+    later than running ``entry`` now and the batches after it, and never past the last
+    batch's ready time: if the count lands by then, the result is no later than the plan's;
+    if not, ``entry`` starts at most that much later."""
+    models = models_in_effect(entry.window_state())
+    if models is None or not (entry.known_total and tail.known_total) or entry.max_units is not None:
+        return now
+    if _arrived(entry, now, entry.cumulative) >= entry.cumulative:
+        return now
+    cost, agg = models
+    claims = entry.window_state().claims()
+    rest = entry.expected_total - sum(len(c.get("units", [])) for c in claims.values())
+    written = sum(1 for c in claims.values() if c.get("units"))
+    at_once = cost.cost(max(1, rest)) + agg.cost(written + 1)
+    finish = max(now + entry.remaining_cost - tail.remaining_cost, tail.ready_ts) + tail.remaining_cost
+    return max(now, min(finish - at_once, tail.ready_ts))
 
 
 def _previous_decided(batch: Batch) -> bool:

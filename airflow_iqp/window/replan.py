@@ -49,6 +49,19 @@ def _in_effect(ws: WindowState, doc: dict) -> tuple[dict | None, dict | None]:
 Models = tuple  # (CostModel, FinalAggCost, where they came from)
 
 
+def models_in_effect(ws: WindowState) -> tuple | None:
+    """(CostModel, FinalAggCost) the window's batches are planned with now (its newest re-plan's,
+    else its plan's), ``cost_scale`` included; None for a window without a stored plan."""
+    doc = ws.doc("plan")
+    cost_doc, agg_doc = _in_effect(ws, doc) if doc else (None, None)
+    if not cost_doc or not agg_doc:
+        return None
+    try:
+        return cost_model_from_dict(cost_doc), final_agg_from_dict(agg_doc)
+    except ConfigError:
+        return None
+
+
 def fresh_models(batch: Batch) -> Models | None:
     """The models the batch's window would be planned with now, where they differ from the
     ones its batches are planned with: its query's cost history has grown since (the window
