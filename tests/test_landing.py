@@ -154,7 +154,7 @@ def test_a_file_that_arrived_in_a_window_but_shows_up_after_its_last_claim_is_th
     landing = tmp_path / "landing"
     drop(landing, "early.csv", T0 + 10)
     cfg1 = bound(flat_cfg(tmp_path, units=1), T0, T0 + W)
-    wp1 = plan_window(cfg1, T0, T0 + W, T0 + W + 60, now=T0)
+    wp1 = plan_window(cfg1, T0, T0 + W, T0 + W + 25, now=T0)
     for b in wp1.batches:
         claim_batch(b, now=T0 + W)
     # Renamed into place after the claim, with the time it was written (inside window 1).
@@ -172,7 +172,7 @@ def test_a_file_that_arrived_in_a_window_but_shows_up_after_its_last_claim_is_th
 def test_units_is_a_hint_the_last_batch_claims_every_file_that_arrived_past_the_count(tmp_path):
     landing = tmp_path / "landing"
     cfg = bound(flat_cfg(tmp_path, units=4, rate=4 / W), T0, T0 + W)
-    wp = plan_window(cfg, T0, T0 + W, T0 + W + 60, now=T0)
+    wp = plan_window(cfg, T0, T0 + W, T0 + W + 25, now=T0)
     last = wp.batches[-1]
     for i in range(4):  # the count is reached early ...
         drop(landing, f"c-{i}.csv", T0 + 5 + i)
@@ -245,6 +245,8 @@ def test_a_batch_before_the_last_waits_for_the_count_only_while_its_planned_unit
     while one batch over the rest and the merge would still finish by the plan's finish of
     running it and the last batch, never past the last batch's ready time; not at all once
     its planned units have landed."""
+    from dataclasses import replace
+
     from airflow_iqp.window.replan import models_in_effect
 
     landing = tmp_path / "landing"
@@ -266,8 +268,18 @@ def test_a_batch_before_the_last_waits_for_the_count_only_while_its_planned_unit
     assert now < until < last.ready_ts
     assert until + cost.cost(rest) + agg.cost(2) == pytest.approx(run)  # folding then finishes as running it would
     assert count_wait_until(entry, last, last.ready_ts - 0.1) == last.ready_ts  # never past the last batch's ready time
+    assert run > entry.deadline_ts  # no plan meets this deadline at these costs
     drop(landing, f"c-{entry.cumulative - 1}.csv", T0 + 50)
     assert count_wait_until(entry, last, now) == now  # its units are in: the count is due when planned
+
+    # The same window due later: the plan meets its deadline, and is not put at risk for the count.
+    loose = plan_window(replace(cfg, state_dir=str(tmp_path / "loose")), T0, T0 + W, T0 + W + 25, now=T0)
+    store_plan(loose)
+    *_, entry, last = loose.batches
+    os.remove(landing / f"c-{entry.cumulative - 1}.csv")
+    now = entry.latest_start_ts
+    assert max(now + entry.cost, last.ready_ts) + last.remaining_cost <= entry.deadline_ts
+    assert count_wait_until(entry, last, now) == now
 
 
 def test_a_result_is_computed_ahead_only_once_every_claimed_batch_has_its_partial(tmp_path):

@@ -133,11 +133,13 @@ def count_wait_until(entry: Batch, tail: Batch, now: float) -> float:
     have landed: the rest of the count is due when the plan says.
 
     Its units late against the plan mean the window's arrivals run behind it, and the last
-    of them often land together. The wait lasts while that result (one batch over every
-    unit not claimed, and the merge, at the window's planned costs) would still finish no
-    later than running ``entry`` now and the batches after it, and never past the last
-    batch's ready time: if the count lands by then, the result is no later than the plan's;
-    if not, ``entry`` starts at most that much later."""
+    of them often land together. Only where running ``entry`` now and the batches after it
+    would finish after the deadline at the window's planned costs (no plan met it, or the
+    arrivals are that late) does it wait: a plan that meets the deadline is not put at risk
+    for the count. The wait then lasts while that result (one batch over every unit not
+    claimed, and the merge, at the same costs) would still finish no later than running
+    ``entry`` now, and never past the last batch's ready time: if the count lands by then,
+    the result is no later than the plan's; if not, ``entry`` starts at most that much later."""
     models = models_in_effect(entry.window_state())
     if models is None or not (entry.known_total and tail.known_total) or entry.max_units is not None:
         return now
@@ -149,6 +151,8 @@ def count_wait_until(entry: Batch, tail: Batch, now: float) -> float:
     written = sum(1 for c in claims.values() if c.get("units"))
     at_once = cost.cost(max(1, rest)) + agg.cost(written + 1)
     finish = max(now + entry.remaining_cost - tail.remaining_cost, tail.ready_ts) + tail.remaining_cost
+    if finish <= entry.deadline_ts:  # the plan meets the deadline without the count: not put at risk for it
+        return now
     return max(now, min(finish - at_once, tail.ready_ts))
 
 
