@@ -169,11 +169,15 @@ class RssSampler:
 
     def __init__(self, exclude: set[int] = frozenset()):
         self.exclude, self.peak, self._stop = set(exclude), 0.0, threading.Event()
+        self.at_peak: list[dict] = []  #: the processes of the peak's sample, largest first (:func:`described`)
         self._t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self._stop.is_set():
-            self.peak = max(self.peak, sum(self.sample().values()) / 2**20)
+            got = self.sample()
+            total = sum(got.values()) / 2**20
+            if total > self.peak:
+                self.peak, self.at_peak = total, described(got)
             self._stop.wait(0.25)
 
     def sample(self) -> dict[int, int]:
@@ -205,6 +209,24 @@ class RssSampler:
         self._t.join()
 
 
+def described(sample: dict[int, int]) -> list[dict]:
+    """``[{"pid", "name", "what", "rss_mb"}]`` of an :class:`RssSampler` sample, largest first:
+    ``what`` is a Spark application's ``--name``, else the script or class a process runs."""
+    import psutil
+
+    out = []
+    for pid, rss in sorted(sample.items(), key=lambda kv: -kv[1]):
+        try:
+            proc = psutil.Process(pid)
+            name, cmd = proc.name(), proc.cmdline()
+        except psutil.Error:  # gone since the sample
+            name, cmd = "?", []
+        what = next((cmd[i + 1] for i, a in enumerate(cmd[:-1]) if a == "--name"), None)
+        out.append({"pid": pid, "name": name, "what": what or (Path(cmd[-1]).name if cmd else ""),
+                    "rss_mb": round(rss / 2**20, 1)})
+    return out
+
+
 # ------------------------------------------------------------------------------------------ results
 
 
@@ -227,11 +249,12 @@ def check_results(out_of: dict, refs: dict) -> dict:
     return ok
 
 
-def summarise(name, cpu, window_end, finished: dict, deadlines: dict, rss, correct: dict, **extra) -> dict:
+def summarise(name, cpu, window_end, finished: dict, deadlines: dict, rss: RssSampler, correct: dict,
+              **extra) -> dict:
     last = max(finished.values()) if finished and len(finished) == len(deadlines) else None
     return {"run": name, "cpu_seconds": round(cpu, 2),
             "wall_after_window": None if last is None else round(last - window_end, 2),
-            "peak_rss_mb": round(rss, 1),
+            "peak_rss_mb": round(rss.peak, 1), "peak_rss_processes": rss.at_peak,
             "deadline_met": bool(last is not None and all(finished.get(q, 1e18) <= d for q, d in deadlines.items())),
             "result_correct": len(correct) == len(deadlines) and all(correct.values()),  # a missing result is not
             "per_query": {q: {"after_window": None if q not in finished else round(finished[q] - window_end, 2),
@@ -295,7 +318,7 @@ def run_streaming(ctx, name: str, trigger: str) -> dict:
     done = read_json(run_dir / "out" / f"{name}.json")
     correct = check_results({q: run_dir / "out" / q / "result" for q in ctx["queries"]}, ctx["refs"])
     return summarise(name, box["cpu"], window_end, done["finished"], _deadlines(ctx, window_end, 1.0, "spark-submit"),
-                     rss.peak, correct, app_wall_seconds=round(box["wall"], 2),
+                     rss, correct, app_wall_seconds=round(box["wall"], 2),
                      note="two-stream queries join inside each micro-batch (foreachBatch)")
 
 
@@ -311,7 +334,7 @@ def run_one_batch(ctx) -> dict:
     done = read_json(run_dir / "out" / f"{name}.json")
     correct = check_results({q: run_dir / "out" / q / "result" for q in ctx["queries"]}, ctx["refs"])
     return summarise(name, box["cpu"], window_end, done["finished"], _deadlines(ctx, window_end, 1.0, "spark-submit"),
-                     rss.peak, correct, app_wall_seconds=round(box["wall"], 2))
+                     rss, correct, app_wall_seconds=round(box["wall"], 2))
 
 
 def run_scheduled(ctx) -> dict:
@@ -342,7 +365,7 @@ def run_scheduled(ctx) -> dict:
     done = read_json(run_dir / "out" / f"{name}.json")
     correct = check_results({q: run_dir / "out" / q / "result" for q in ctx["queries"]}, ctx["refs"])
     return summarise(name, cpu, window_end, done["finished"], _deadlines(ctx, window_end, 1.0, "spark-submit"),
-                     rss.peak, correct, launches=launches, every_seconds=round(every, 1))
+                     rss, correct, launches=launches, every_seconds=round(every, 1))
 
 
 # ---------------------------------------------------------------------------------------- Airflow
@@ -485,7 +508,7 @@ def run_iqp(ctx, name: str, backend: str, frac: float, *, reference: bool = Fals
         got["task_cpu"] += window_task_cpu(open_store(state).window("bench_group", wid))["cpu_seconds"]
     correct = check_results(got["results"], ctx["refs"])
     deadlines = {q: window_end + offsets[q] for q in queries}
-    return summarise(name, got["task_cpu"] + server_cpu, window_end, got["finished"], deadlines, rss.peak, correct,
+    return summarise(name, got["task_cpu"] + server_cpu, window_end, got["finished"], deadlines, rss, correct,
                      task_cpu_seconds=round(got["task_cpu"], 2), server_cpu_seconds=round(server_cpu, 2),
                      batches=got["batches"], last_unit_after_window=got["last_unit"],
                      last_unit_seen_after_window=got["last_unit_seen"],
@@ -558,7 +581,8 @@ def prepare_data(ctx) -> None:
 def start_server(ctx) -> None:
     """The benchmark's Spark Connect server, started and warmed (:func:`warm_server`)."""
     t0 = time.perf_counter()
-    ctx["server"] = connect.start_server(ctx["port"], base=ctx["work"] / "connect")
+    ctx["server"] = connect.start_server(ctx["port"], base=ctx["work"] / "connect",
+                                         driver_memory=ctx.get("server_memory", "2g"))
     ctx["server_startup_seconds"] = round(time.perf_counter() - t0, 1)
     ctx["server_pids"] = {ctx["server"]["pid"]}
     say(f"Spark Connect server up in {ctx['server_startup_seconds']} s")
@@ -714,6 +738,10 @@ def main(argv=None) -> int:
     p.add_argument("--rate", type=float, default=1.0, help="units per second (default 1)")
     p.add_argument("--port", type=int, default=15012, help="port of the benchmark's Spark Connect server")
     p.add_argument("--name", help="result file stem under benchmarks/results/")
+    p.add_argument("--server-memory", default="2g",
+                   help="driver memory (JVM heap) of the benchmark's Spark Connect server (default 2g, what "
+                        "airflow_iqp.spark.connect.start_server gives a server; the streaming and one-batch "
+                        "apps run at spark-submit's default, 1g)")
     p.add_argument("--reuse-prep", action="store_true",
                    help="reuse the calibration and D of the last run on the same data and queries (for iterating; "
                         "the meta records it)")
@@ -721,7 +749,8 @@ def main(argv=None) -> int:
     preset = QUICK if args.quick else FULL
     ctx = {"queries": args.queries.split(",") if args.queries else preset["queries"],
            "scale": args.scale or preset["scale"], "units": args.units or preset["units"], "rate": args.rate,
-           "port": args.port, "margin": {"spark-submit": 10.0, "spark-connect": 2.0}, "reuse_prep": args.reuse_prep}
+           "port": args.port, "margin": {"spark-submit": 10.0, "spark-connect": 2.0}, "reuse_prep": args.reuse_prep,
+           "server_memory": args.server_memory}
     ctx["window"] = ctx["units"] / ctx["rate"]
     runs = args.runs.split(",") if args.runs else preset["runs"]
     ctx["data"] = RESULTS / "tmp" / f"tpch-sf{ctx['scale']}-n{ctx['units']}"
@@ -760,7 +789,8 @@ def main(argv=None) -> int:
         if ctx.get("server"):
             connect.stop_server(ctx["port"], base=ctx["work"] / "connect")
     meta = {k: ctx.get(k) for k in ("queries", "scale", "units", "rate", "window", "D", "D_calibrated", "overhead",
-                                    "reference", "server_startup_seconds", "server_warmup", "prep_reused")}
+                                    "reference", "server_startup_seconds", "server_warmup", "prep_reused",
+                                    "server_memory")}
     meta.update(quick=args.quick, elapsed_seconds=round(time.time() - started, 1),
                 machine=f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cores)")
     report = {"meta": meta, "runs": out}

@@ -80,3 +80,19 @@ def test_each_process_is_counted_once_and_a_fork_before_its_exec_not_at_all(jvm_
     assert forked.pid not in counted
     assert RssSampler(exclude={jvm_tree.pid}).sample().keys() >= {child.pid}
     assert jvm_tree.pid not in RssSampler(exclude={jvm_tree.pid}).sample()
+
+
+def test_the_peak_names_the_processes_it_summed(jvm_tree):
+    """What a run's peak RSS was made of (``peak_rss_processes``): each counted process with
+    its name and what it runs, adding up to the peak."""
+    from benchmarks.vs_streaming import described
+
+    with RssSampler() as rss:
+        time.sleep(0.6)
+    pids = {p["pid"] for p in rss.at_peak}
+    sleep = next(k for k in jvm_tree.children() if k.name() == "sleep")
+    assert {jvm_tree.pid, sleep.pid} <= pids
+    assert sum(p["rss_mb"] for p in rss.at_peak) == pytest.approx(rss.peak, abs=0.1 * len(pids))
+    by_pid = {p["pid"]: p for p in described({sleep.pid: 2**20, jvm_tree.pid: 2**21})}
+    assert by_pid[sleep.pid] == {"pid": sleep.pid, "name": "sleep", "what": "120", "rss_mb": 1.0}
+    assert by_pid[jvm_tree.pid]["what"].endswith("Executor task launch worker")
