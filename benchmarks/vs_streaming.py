@@ -164,7 +164,9 @@ class RssSampler:
     starting a command (Hadoop's local file system runs ``chmod`` on each file and directory
     a task writes with permissions), caught between its fork and its exec. Java starts
     commands by ``posix_spawn``, whose child shares the JVM's memory until it execs, so its
-    RSS is the JVM's own and adding it would count the JVM twice.
+    RSS is the JVM's own and adding it would count the JVM twice. Read in the middle of its
+    exec, such a child can show its old name with another executable, or none; so neither,
+    nor a child whose RSS is the JVM's to the byte, is counted (:func:`counted_child`).
     """
 
     def __init__(self, exclude: set[int] = frozenset()):
@@ -192,10 +194,16 @@ class RssSampler:
                 below = p.children(recursive=True)
             except psutil.Error:
                 below = []
-            for q in (p, *below):
+            try:
+                jvm = rss[p.pid] = rss.get(p.pid) or p.memory_info().rss
+            except psutil.Error:  # gone since the listing
+                continue
+            for q in below:
                 try:
-                    if q.pid not in rss and (q is p or "java" in q.name() or q.exe() != p.info["exe"]):
-                        rss[q.pid] = q.memory_info().rss
+                    if q.pid not in rss:
+                        name, exe, own = q.name(), q.exe(), q.memory_info().rss
+                        if counted_child(name, exe, own, p.info["exe"], jvm):
+                            rss[q.pid] = own
                 except psutil.Error:  # gone since the listing
                     pass
         return rss
@@ -207,6 +215,17 @@ class RssSampler:
     def __exit__(self, *exc):
         self._stop.set()
         self._t.join()
+
+
+def counted_child(name: str, exe: str, rss: int, jvm_exe: str, jvm_rss: int) -> bool:
+    """Whether a process below a JVM counts towards the peak (:class:`RssSampler`): a JVM of
+    its own (``java`` in its name), or another program (a Python driver or worker). Not a
+    child that runs the JVM's binary, or whose binary could not be read (psutil gives ``""``),
+    or whose RSS is the JVM's to the byte: each is the JVM starting a command, caught before
+    or during its exec, while it still shares the JVM's memory."""
+    if "java" in name:
+        return rss != jvm_rss
+    return bool(exe) and exe != jvm_exe and rss != jvm_rss
 
 
 def described(sample: dict[int, int]) -> list[dict]:
