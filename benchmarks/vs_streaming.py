@@ -166,7 +166,7 @@ class RssSampler:
     commands by ``posix_spawn``, whose child shares the JVM's memory until it execs, so its
     RSS is the JVM's own and adding it would count the JVM twice. Read in the middle of its
     exec, such a child can show its old name with another executable, or none; so neither,
-    nor a child whose RSS is the JVM's to the byte, is counted (:func:`counted_child`).
+    nor a child whose memory reads as the JVM's own, is counted (:func:`counted_child`).
     """
 
     def __init__(self, exclude: set[int] = frozenset()):
@@ -195,15 +195,16 @@ class RssSampler:
             except psutil.Error:
                 below = []
             try:
-                jvm = rss[p.pid] = rss.get(p.pid) or p.memory_info().rss
+                jvm = p.memory_info()
+                rss[p.pid] = jvm.rss
             except psutil.Error:  # gone since the listing
                 continue
             for q in below:
                 try:
                     if q.pid not in rss:
-                        name, exe, own = q.name(), q.exe(), q.memory_info().rss
+                        name, exe, own = q.name(), q.exe(), q.memory_info()
                         if counted_child(name, exe, own, p.info["exe"], jvm):
-                            rss[q.pid] = own
+                            rss[q.pid] = own.rss
                 except psutil.Error:  # gone since the listing
                     pass
         return rss
@@ -217,15 +218,24 @@ class RssSampler:
         self._t.join()
 
 
-def counted_child(name: str, exe: str, rss: int, jvm_exe: str, jvm_rss: int) -> bool:
-    """Whether a process below a JVM counts towards the peak (:class:`RssSampler`): a JVM of
-    its own (``java`` in its name), or another program (a Python driver or worker). Not a
-    child that runs the JVM's binary, or whose binary could not be read (psutil gives ``""``),
-    or whose RSS is the JVM's to the byte: each is the JVM starting a command, caught before
-    or during its exec, while it still shares the JVM's memory."""
-    if "java" in name:
-        return rss != jvm_rss
-    return bool(exe) and exe != jvm_exe and rss != jvm_rss
+#: A JVM's child whose resident and virtual sizes are both this close to the JVM's (as a
+#: fraction) shares the JVM's memory: the JVM's pages move a little between the two reads.
+SHARED_MEMORY_TOLERANCE = 0.02
+
+
+def counted_child(name: str, exe: str, mem, jvm_exe: str, jvm_mem) -> bool:
+    """Whether a process below a JVM counts towards the peak (:class:`RssSampler`); ``mem`` and
+    ``jvm_mem`` are psutil's ``memory_info()`` (``rss``, ``vms``). A JVM of its own (``java``
+    in its name), or another program (a Python driver or worker), counts. Not a child that
+    runs the JVM's binary, or whose binary could not be read (psutil gives ``""``), or whose
+    resident and virtual sizes are the JVM's (within :data:`SHARED_MEMORY_TOLERANCE`): each
+    is the JVM starting a command, caught before or during its exec, while it still shares
+    the JVM's memory."""
+    shared = all(abs(getattr(mem, k) - getattr(jvm_mem, k)) <= SHARED_MEMORY_TOLERANCE * getattr(jvm_mem, k)
+                 for k in ("rss", "vms"))
+    if shared:
+        return False
+    return "java" in name or (bool(exe) and exe != jvm_exe)
 
 
 def described(sample: dict[int, int]) -> list[dict]:
