@@ -154,7 +154,7 @@ def test_a_file_that_arrived_in_a_window_but_shows_up_after_its_last_claim_is_th
     landing = tmp_path / "landing"
     drop(landing, "early.csv", T0 + 10)
     cfg1 = bound(flat_cfg(tmp_path, units=1), T0, T0 + W)
-    wp1 = plan_window(cfg1, T0, T0 + W, T0 + W + 25, now=T0)
+    wp1 = plan_window(cfg1, T0, T0 + W, T0 + W + 60, now=T0)
     for b in wp1.batches:
         claim_batch(b, now=T0 + W)
     # Renamed into place after the claim, with the time it was written (inside window 1).
@@ -172,7 +172,7 @@ def test_a_file_that_arrived_in_a_window_but_shows_up_after_its_last_claim_is_th
 def test_units_is_a_hint_the_last_batch_claims_every_file_that_arrived_past_the_count(tmp_path):
     landing = tmp_path / "landing"
     cfg = bound(flat_cfg(tmp_path, units=4, rate=4 / W), T0, T0 + W)
-    wp = plan_window(cfg, T0, T0 + W, T0 + W + 25, now=T0)
+    wp = plan_window(cfg, T0, T0 + W, T0 + W + 60, now=T0)
     last = wp.batches[-1]
     for i in range(4):  # the count is reached early ...
         drop(landing, f"c-{i}.csv", T0 + 5 + i)
