@@ -117,13 +117,13 @@ def test_the_backend_object_picks_the_operators_and_their_settings():
     submit, final = dag.get_task("batch.submit"), dag.get_task("final")
     assert type(submit).__name__ == "BatchOperator" and submit.backend == final.backend == "spark-connect"
     assert submit.slots == 1 and submit.pool == "spark" and submit.conf == {}
-    assert final.retries == 0 and dag.get_task("plan").tail_lead == SparkConnect().lead == 8.0
+    assert final.retries == 0 and dag.get_task("plan").tail_lead == SparkConnect().lead == 20.0
     assert dag.get_task("plan").options["backend"] == "spark-connect"
     dag = iqp_dag(name="s", sql="SELECT count(*) AS n FROM events", streams={"events": "/d"},
                   backend=SparkSubmit(conf={"spark.sql.shuffle.partitions": "4"}), **COMMON)
     assert dag.get_task("batch.submit").conf == dag.get_task("final").conf == {"spark.sql.shuffle.partitions": "4"}
     assert dag.get_task("batch.submit").backend == "spark-submit"
-    assert "tail_wait" not in dag.task_ids and dag.get_task("plan").tail_lead == 18.0
+    assert "tail_wait" not in dag.task_ids and dag.get_task("plan").tail_lead == 30.0
 
 
 GROUP_SQL = {"revenue": "SELECT country, sum(amount) AS revenue FROM events GROUP BY country",

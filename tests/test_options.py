@@ -190,8 +190,8 @@ def test_the_backends_yield_their_name_and_tail_and_task_settings():
 
 
 def test_the_default_tail_lead_is_the_backends():
-    assert SparkConnect().lead == 8.0
-    assert SparkSubmit().lead == 18.0  # its job starts a JVM during the lead
+    assert SparkConnect().lead == 20.0
+    assert SparkSubmit().lead == 30.0  # its job starts a JVM during the lead
     assert SparkSubmit(tail_lead=0).lead == 0.0
     assert SparkConnect(tail_lead=timedelta(seconds=12)).lead == 12.0
 

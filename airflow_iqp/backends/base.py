@@ -25,11 +25,15 @@ if TYPE_CHECKING:
     from airflow_iqp.store import WindowState
     from airflow_iqp.window.batch import Batch
 
-#: A fused tail's task starts this long before the window's end by default: enough for
-#: Airflow to resume the deferred sensor ``tail_wait`` and then start the task after it (two
-#: task starts in a row, each slower on a small machine busy with the window's batches),
-#: and for the task to open its Spark session. A task started early waits in its process.
-TAIL_LEAD_S = 8.0
+#: A fused tail's task starts at least this long before the window's end by default: enough
+#: for Airflow to resume the deferred sensor ``tail_wait`` and then start the task after it
+#: (two task starts in a row, each slower on a small machine busy with the window's
+#: batches), and for the task to open its Spark session and hold its queries' static
+#: schemas. A task started early waits in its process, holding a worker slot and an idle
+#: session: a lead too long costs little, one too short makes the tail late for every query
+#: it merges. A deployment whose tails start slower than this learns a longer lead from
+#: their start-ups (:func:`~airflow_iqp.window.costs.tail_start_lead`).
+TAIL_LEAD_S = 20.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,7 +54,9 @@ class Backend:
         where one job then runs every member's merge with the last batch; a single query's
         (``iqp_dag``) is not.
     :param tail_lead: seconds before the window's end that the final task starts (None: the
-        backend's :attr:`lead`; 0 starts it at the window's end). A group's tail starts
+        backend's :attr:`lead`, or longer where this query's tails took longer to start in
+        its last windows, :func:`~airflow_iqp.window.costs.tail_start_lead`; 0 starts it at
+        the window's end). A group's tail starts
         earlier still by twice the planned seconds of the members it rehearses, never
         before its first batch is ready (:func:`~airflow_iqp.window.readiness.tail_lead`).
     :param tail_slots: how many of the state directory's batches run at once, earliest

@@ -20,6 +20,7 @@ from airflow_iqp.hooks.state import IQPStateHook
 from airflow_iqp.query.store import Saved
 from airflow_iqp.window.config import QueryConfig, clock
 from airflow_iqp.window.accounting import late_entry, record_task_cpu
+from airflow_iqp.window.costs import tail_start_lead
 from airflow_iqp.window.group import plan_group
 from airflow_iqp.window.plan import format_window_plan, plan_window, register_on_cluster, store_plan, wait_for_cluster
 from airflow_iqp.window.readiness import split_tail, tail_lead
@@ -72,6 +73,8 @@ class BatchPlanOperator(BaseOperator):
         backend = expect(backend, Backend, "backend", typed_choices())
         self.fuse_tail = bool(backend.fuse_tail)
         self.tail_lead = backend.lead
+        # None: learned from the window's tails before (at least the backend's lead).
+        self.lead_given = backend.tail_lead is not None
         # A catalogued query is named by its id; a user's query is the Query itself.
         self.query_def = query if isinstance(query, Query) else None
         self.query = query.id if isinstance(query, Query) else query
@@ -144,9 +147,14 @@ class BatchPlanOperator(BaseOperator):
         self.log.info("plan stored in %s: %d batches", path, len(wp.batches))
         if not self.fuse_tail:
             return [b.to_dict() for b in wp.batches]
-        mapped, tail = split_tail(wp.batches, tail_lead(wp.batches, self.tail_lead))
-        if tail and tail.before:
-            self.log.info("the final task starts at %s and runs batches %s too", clock(tail.start_ts),
-                          [b.index for b in tail.before])
+        lead = self.tail_lead if self.lead_given else tail_start_lead(cfg, self.tail_lead)
+        ahead = tail_lead(wp.batches, lead)
+        mapped, tail = split_tail(wp.batches, ahead)
+        if tail:
+            self.log.info("the final task starts at %s, %.1f s before its last batch is ready (%s)%s",
+                          clock(tail.start_ts), ahead, "tail_lead given" if self.lead_given else
+                          "the backend's lead" if lead <= self.tail_lead else
+                          f"a lead of {lead:.1f} s, from its tails' start-ups before",
+                          f", and runs batches {[b.index for b in tail.before]} too" if tail.before else "")
         context["ti"].xcom_push(key="tail", value=_json(tail))
         return [b.to_dict() for b in mapped]

@@ -13,8 +13,8 @@ Every key sorts ascending: the smallest key runs first.
 * SJF: the cost of the batch about to run.
 * RR: no fixed key. The simulator cycles over queries; Airflow cannot express it.
 
-:func:`edf_in_time` orders the members of a group's fused tail: EDF among those that can
-still meet their deadlines.
+:func:`most_in_time` orders the members of a group's fused tail: EDF among the most of
+them that can still meet their deadlines.
 """
 
 from __future__ import annotations
@@ -78,20 +78,35 @@ def airflow_weight(policy: Policy, *, deadline: float, remaining_cost: float, ba
     return max(1, min(WEIGHT_MAX, WEIGHT_BASE - round((key - reference) / resolution)))
 
 
-def edf_in_time(waiting: Sequence[str], now: float, due: Mapping[str, tuple[float, float]],
-                pace: float = 1.0) -> str:
-    """Which of ``waiting`` starts next: the earliest deadline among those that, started
-    ``now`` and taking their expected seconds times ``pace``, still meet it; when none can,
-    the earliest deadline. ``due``: each one's (deadline, expected seconds); one without
-    is taken as due last and in time.
+def most_in_time(waiting: Sequence[str], now: float, due: Mapping[str, tuple[float, float]],
+                 pace: float = 1.0) -> str:
+    """Which of ``waiting`` starts next, so that as many of them as can meet their deadlines
+    do: the first, earliest deadline first, of the largest set that, run one after another
+    from ``now`` in that order and each taking its expected seconds times ``pace``, all
+    end in time (Moore and Hodgson's rule, optimal for the number of jobs in time on one
+    machine); when none can, the earliest deadline. ``due``: each one's (deadline, expected
+    seconds); one without is taken as due last and in time.
 
     Plain EDF is optimal while every deadline can be met. When they cannot, it starts a
     job that misses anyway, and every job after it waits for it: each may miss in turn
-    (EDF's domino effect under overload). A job that cannot make its deadline yields to
-    those that still can, and runs after them.
+    (EDF's domino effect under overload). Letting only the jobs that cannot end in time
+    yield is not enough either: a long job that can still just make its deadline makes
+    several shorter ones after it miss theirs. The rule walks the jobs earliest deadline
+    first and, each time the one added would end late, drops the longest kept so far
+    (ties: the one due latest); the dropped run after the others. Asked again as each job
+    ends, with the pace measured so far, it re-plans the rest.
     """
     if not waiting:
         raise ConfigError("nothing is waiting to run", "waiting")
     order = sorted(waiting, key=lambda m: due[m][0] if m in due else float("inf"))
-    in_time = [m for m in order if m not in due or now + pace * due[m][1] <= due[m][0]]
-    return (in_time or order)[0]
+    seconds = {m: pace * due[m][1] if m in due else 0.0 for m in order}
+    kept: list[str] = []
+    end = now
+    for m in order:
+        kept.append(m)
+        end += seconds[m]
+        if m in due and end > due[m][0]:
+            longest = max(reversed(kept), key=seconds.__getitem__)  # ties: the one due latest
+            kept.remove(longest)
+            end -= seconds[longest]
+    return (kept or order)[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 
 from airflow_iqp.filecheck import files_to_read
-from airflow_iqp.planning.policies import edf_in_time
+from airflow_iqp.planning.policies import most_in_time
 from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.batch import in_lanes, read_shared
 from airflow_iqp.spark.merge import execute_final
@@ -37,12 +37,13 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     of the last batch is written. The members run earliest deadline first, one at a time
     (:data:`TAIL_LANES`, :func:`~airflow_iqp.spark.batch.in_lanes`). With ``due`` (member
     -> its deadline and planned seconds, the tail entry's
-    :meth:`~airflow_iqp.window.batch.Batch.member_due`), a member that can no longer meet
-    its deadline yields to those that can
-    (:func:`~airflow_iqp.planning.policies.edf_in_time`): run first, it would make the
-    members after it late too. Its seconds are what its step took in the window's latest
-    shared batch, or the plan's if less, and 0 without such a step (:func:`_with_steps`), at
-    the pace of the members done so far, never faster than ``scale`` (the plan's).
+    :meth:`~airflow_iqp.window.batch.Batch.member_due`), the members that cannot all meet
+    their deadlines leave out the fewest, and those left out yield to the others
+    (:func:`~airflow_iqp.planning.policies.most_in_time`): run first, a member that
+    misses anyway, or a long one that just makes its own, would make several after it
+    late. A member's seconds are what its step took in the window's latest shared batch,
+    or the plan's if less, and 0 without such a step (:func:`_with_steps`), at the pace of
+    the members done so far, never faster than ``scale`` (the plan's).
 
     ``before``: the tail's earlier batches. One that claimed but has no partial of a
     member's (a shared batch handed over when the last batch could claim,
@@ -139,14 +140,14 @@ class _Pace:
         return max(self.scale, sum(self.ratios) / len(self.ratios)) if self.ratios else self.scale
 
     def next(self, waiting: list[str]) -> str:
-        """The member to start now (:func:`~airflow_iqp.planning.policies.edf_in_time`);
+        """The member to start now (:func:`~airflow_iqp.planning.policies.most_in_time`);
         the log names the members due before it that it passed over."""
         pace = self.now()
-        m = edf_in_time(waiting, time.time(), self.due, pace)
+        m = most_in_time(waiting, time.time(), self.due, pace)
         passed = [w for w in waiting if m in self.due and w in self.due and self.due[w][0] < self.due[m][0]]
         if passed:
             print(f"airflow-iqp final_job: {', '.join(passed)} cannot meet their deadlines at {pace:.2f} x the "
-                  f"expected seconds: {m} starts first", flush=True)
+                  f"expected seconds with the most members in time: {m} starts first", flush=True)
         return m
 
 

@@ -12,12 +12,12 @@ those rows if the claim reads the same files (:mod:`airflow_iqp.spark.ahead`).
 the task. The claims are made here, in the driver, through the store: that is what saves
 a task's and a JVM's start after the window's end.
 
-A group's tail (a tail whose entry names ``members``) runs the group's batches ready
-after it started as shared batches, folds each member's written partials ahead, then
-claims the last batch once, reads its units once, and runs each member's step on them
-merged with its partials into its result, started earliest deadline first among those
-still in time, one at a time (:func:`~airflow_iqp.spark.group_tail.execute_group_tail`):
-one job, one start-up, every member's result. No Airflow import here.
+A group's tail (its entry names ``members``) runs the group's batches ready after it started
+as shared batches, folds each member's written partials ahead, then claims the last batch
+once, reads it once, and merges each member's step on it with its partials into its result,
+one member at a time, as many by their deadlines as can be
+(:func:`~airflow_iqp.spark.group_tail.execute_group_tail`): one job, one start-up, every
+member's result. No Airflow import here.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from airflow_iqp.spark.steps import hold_static_schemas, parquet_writer, partial
 from airflow_iqp.store import WindowState
 from airflow_iqp.streams import stream_of
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.readiness import (TAIL_POLL_S, batch_ready, fold_into_tail, leave_to_tail, may_compute_ahead,
-                                         to_rehearse, wait_and_claim)
+from airflow_iqp.window.readiness import (REHEARSAL_ROOM, TAIL_POLL_S, batch_ready, fold_into_tail, leave_to_tail,
+                                         may_compute_ahead, record_start, room_until, to_rehearse, wait_and_claim)
 
 
 def read_written(spark, ws: WindowState, earlier: dict | None = None, until: float | None = None) -> dict | None:
@@ -151,6 +151,7 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
     spark.range(1).collect()  # the session's first query pays its set-up: not after the window's end
     for m in tail.members or (ws.query_id,):  # not inferred again by each batch, rehearsal and merge
         hold_static_schemas(spark, load_query(m, ws.store), tail.static or None)
+    record_start(ws, tail, backend)
     if slots > 0:
         tail = tail.with_(turn_ts=0.0)
     kept: dict = {}  # a group's batch handed over: its units, cached for the tail
@@ -237,21 +238,10 @@ def _last_batch(spark, ws: WindowState, tail: Batch, slots: int, backend: str, h
                             written=ahead[0])
 
 
-#: A fused tail rehearses (:func:`rehearse_tail`), or folds a new partial into its state
-#: (:func:`read_written`), only while the window's end is at least this many times its
-#: expected seconds away, so that the job is over before the last batch may claim.
-REHEARSAL_ROOM = 3.0
 #: At most this many rehearsals of a fused tail (:func:`rehearse_tail`): each run of the
 #: same plan leaves less for the JVM to compile when the tail runs it after the window's
 #: end; each costs a one-unit tail's CPU.
 REHEARSALS = 3
-
-
-def room_until(tail: Batch, before: float | None = None) -> float:
-    """Until when a fused tail has room for a job before its last batch (:data:`REHEARSAL_ROOM`),
-    or before ``before`` (the input of a batch it runs ahead of the last being due)."""
-    end = tail.ready_ts if before is None else min(before, tail.ready_ts)
-    return end - REHEARSAL_ROOM * tail.remaining_cost / tail.cost_scale
 
 
 def rehearse_group_tail(spark, group: WindowState, tail: Batch, slots: int, windows: dict, written: dict) -> dict:

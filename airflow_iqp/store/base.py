@@ -168,6 +168,19 @@ class StateStore(abc.ABC):
         self.append(COST_HISTORY, record)
         return record
 
+    def record_tail_start(self, *, query: str, backend: str, window: str, seconds: float,
+                          recorded_at: float | None = None) -> dict | None:
+        """Append a fused tail's start-up (``kind: "tail_start"``): ``seconds`` from its planned
+        start to its session being ready, what the next windows' tails start ahead by
+        (:func:`~airflow_iqp.window.costs.tail_start_lead`). One per window: a retry's start
+        counts the failed attempt too, and is not recorded (returns None)."""
+        if any(r.get("window") == window for r in self.cost_history(query, "tail_start", backend)):
+            return None
+        record = {"query": query_key(query), "backend": backend, "kind": "tail_start", "window": window,
+                  "seconds": float(seconds), "recorded_at": time.time() if recorded_at is None else float(recorded_at)}
+        self.append(COST_HISTORY, record)
+        return record
+
     def cost_history(self, query: str | None = None, kind: str | None = None,
                      backend: str | None = None) -> list[dict]:
         """The cost history, oldest first, of one query, kind and backend if given."""

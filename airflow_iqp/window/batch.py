@@ -66,7 +66,7 @@ class Batch:
     turn_policy: str = "edf"
     #: a group's fused tail: each member's deadline, and the seconds its step on the last
     #: batch and its merge are planned to take (unscaled), in ``members``' order; the tail
-    #: starts the members by them (:func:`~airflow_iqp.planning.policies.edf_in_time`)
+    #: starts the members by them (:func:`~airflow_iqp.planning.policies.most_in_time`)
     member_deadlines: tuple[float, ...] = ()
     member_seconds: tuple[float, ...] = ()
 

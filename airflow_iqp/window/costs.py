@@ -118,6 +118,25 @@ def margins(cfg: QueryConfig) -> Margins:
     return m if cfg.dispatch is None else replace(m, dispatch=cfg.dispatch)
 
 
+#: A fused tail starts at least this many times the longest start-up of its query's tails in
+#: its last :data:`MARGIN_WINDOWS` windows before the window's end.
+TAIL_START_MARGIN = 1.5
+
+
+def tail_start_lead(cfg: QueryConfig, default: float) -> float:
+    """Seconds before the window's end that a fused tail's task starts when the DAG gives no
+    ``tail_lead``: ``default`` (the backend's), or, if more, :data:`TAIL_START_MARGIN` times
+    the longest start-up of this query's tails on its backend in its last
+    :data:`MARGIN_WINDOWS` windows. A start-up, from the tail's planned start to its session
+    ready (:meth:`~airflow_iqp.store.base.StateStore.record_tail_start`), is Airflow resuming
+    the sensor ``tail_wait``, starting the final task and the task opening its session:
+    longer on a slower or busier deployment than the default allows for."""
+    records = [r for r in open_store(cfg.state_dir).cost_history(cfg.query, "tail_start", cfg.backend)
+               if r.get("window")]
+    newest = sorted(records, key=lambda r: r["window"])[-MARGIN_WINDOWS:]
+    return max([default, *(TAIL_START_MARGIN * r["seconds"] for r in newest)])
+
+
 #: A query on a cluster's registry counts while its newest registration is from a window at
 #: most this many windows before the newest one planned (``window_start``, else the newest
 #: registration's): a query whose plan task has not run since (its DAG paused or removed) is

@@ -67,7 +67,7 @@ def plan_group(cfg: QueryConfig, window_start: float, window_end: float, now: fl
                               f"or the group a later deadline")
     entries = [b.with_(members=tuple(members), label=f"{b.label} · {len(members)} queries") for b in shared.batches]
     if cfg.fuse_tail and not shared.backfill and shared.plan.batches:
-        # The tail starts its members by their deadlines and these seconds (edf_in_time).
+        # The tail starts its members by their deadlines and these seconds (most_in_time).
         steps = member_steps(merges, shared.plan.batches[-1].units, len(shared.plan.batches), share)
         entries[-1] = entries[-1].with_(member_deadlines=tuple(window_end + cfg.members[m] for m in members),
                                         member_seconds=tuple(round(steps[m], 3) for m in members))

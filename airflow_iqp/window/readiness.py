@@ -211,6 +211,32 @@ def tail_lead(entries: list[Batch], lead: float) -> float:
     return min(lead + extra, max(lead, last.ready_ts - entries[0].ready_ts - 1.0))
 
 
+#: A fused tail rehearses (:func:`~airflow_iqp.spark.tail.rehearse_tail`), or folds a new
+#: partial into its state (:func:`~airflow_iqp.spark.tail.read_written`), only while the
+#: window's end is at least this many times its expected seconds away, so that the job is
+#: over before the last batch may claim.
+REHEARSAL_ROOM = 3.0
+
+
+def room_until(tail: Batch, before: float | None = None) -> float:
+    """Until when a fused tail has room for a job before its last batch (:data:`REHEARSAL_ROOM`),
+    or before ``before`` (the input of a batch it runs ahead of the last being due)."""
+    end = tail.ready_ts if before is None else min(before, tail.ready_ts)
+    return end - REHEARSAL_ROOM * tail.remaining_cost / tail.cost_scale
+
+
+def record_start(ws, tail: Batch, backend: str) -> dict | None:
+    """Record the tail's start-up, from its planned start (or its window's plan, if that was
+    made later) to now, its session ready: the next windows' tails start ahead by it
+    (:func:`~airflow_iqp.window.costs.tail_start_lead`). A backfilled window's tail has no
+    planned start."""
+    if tail.backfill or not tail.start_ts:
+        return None
+    since = max(tail.start_ts, (ws.doc("plan") or {}).get("planned_at") or 0.0)
+    return ws.store.record_tail_start(query=ws.query_id, backend=backend, window=ws.window_id,
+                                      seconds=max(0.0, time.time() - since))
+
+
 def split_tail(entries: list[Batch], lead: float) -> tuple[list[Batch], Batch | None]:
     """(the batches mapped as tasks, the fused tail) of a plan whose final task runs its last batch.
 

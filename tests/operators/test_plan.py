@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 
+import pendulum
 import pytest
 from airflow.sdk import DAG
 
@@ -56,13 +58,42 @@ def test_the_plan_is_stored_pushed_and_returned_as_one_entry_per_batch(tmp_path)
 
 
 def test_a_fused_tail_is_not_mapped_and_starts_the_backend_s_lead_before_the_end(tmp_path):
-    for backend, lead in ((SparkSubmit(fuse_tail=True), 18.0), (SparkConnect(fuse_tail=True, tail_lead=3), 3.0)):
+    for backend, lead in ((SparkSubmit(fuse_tail=True), 30.0), (SparkConnect(fuse_tail=True, tail_lead=3), 3.0)):
         ti = TI("plan")
         entries = planner(tmp_path, backend=backend).execute(context(ti, end=START + WINDOW))
         tail = Batch.from_dict(ti.xcom["tail"])
         assert tail.last and tail.start_ts == tail.ready_ts - lead
         assert [Batch.from_dict(e).index for e in entries] + [b.index for b in tail.before] + [tail.index] == list(
             range(1, tail.of + 1))
+
+
+def test_a_fused_tail_starts_ahead_by_its_tails_start_ups_before_unless_its_lead_is_given(tmp_path):
+    from airflow_iqp.window.readiness import record_start
+
+    connect = SparkConnect(fuse_tail=True)
+    late = pendulum.now("UTC").subtract(hours=2).replace(microsecond=0)  # windows whose tails start late
+
+    def plan(start, backend=connect) -> Batch:
+        ti = TI("plan")
+        planner(tmp_path, backend=backend).execute(context(ti, start=start, end=start + WINDOW))
+        return Batch.from_dict(ti.xcom["tail"])
+
+    tail = plan(late)
+    assert tail.start_ts == tail.ready_ts - connect.lead  # no tail has started yet: the backend's lead
+    # Planned now, long after its tail's planned start: the start-up counts from the plan.
+    assert record_start(window_state(tmp_path, late), tail, "spark-connect")["seconds"] < 5.0
+    # Planned as the window opened, as the plan task is: from the tail's planned start.
+    tail = plan(late + WINDOW)
+    ws = window_state(tmp_path, late + WINDOW)
+    ws.write_doc("plan", {**ws.doc("plan"), "planned_at": (late + WINDOW).timestamp()})
+    first = record_start(ws, tail, "spark-connect")
+    assert first["seconds"] == pytest.approx(time.time() - tail.start_ts, abs=5.0)
+    assert record_start(ws, tail, "spark-connect") is None  # a retry's start-up is not its own
+    following = late + 2 * WINDOW
+    for backend, lead in ((connect, 1.5 * first["seconds"]), (SparkConnect(fuse_tail=True, tail_lead=3), 3.0),
+                          (SparkSubmit(fuse_tail=True), SparkSubmit().lead)):  # another backend's tails are not its
+        tail = plan(following, backend)
+        assert tail.start_ts == pytest.approx(tail.ready_ts - lead)
 
 
 def test_a_deadline_that_cannot_be_met_is_reported_and_the_best_plan_still_runs(tmp_path):
