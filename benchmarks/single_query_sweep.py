@@ -348,7 +348,8 @@ def main(argv=None) -> int:
     from importlib.metadata import version
 
     meta = {k: ctx.get(k) for k in ("queries", "fracs", "scale", "units", "rate", "window", "D", "D_calibrated",
-                                    "overhead", "reference", "server_startup_seconds", "server_warmup", "cost_scale")}
+                                    "overhead", "reference", "server_startup_seconds", "server_warmup", "cost_scale",
+                                    "server_memory")}
     meta.update(quick=args.quick, backend=BACKEND, elapsed_seconds=round(time.time() - started, 1),
                 date=datetime.fromtimestamp(started, timezone.utc).strftime("%Y-%m-%d"),
                 commit=commit + ("+dirty" if dirty else ""), airflow=version("apache-airflow"),
