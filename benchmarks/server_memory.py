@@ -28,10 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.shared_read import one_round  # noqa: E402
+from benchmarks.shared_read import one_round, tpch_units  # noqa: E402
 from benchmarks.vs_streaming import FULL, RssSampler  # noqa: E402
 from iqp_dev.local_airflow import free_port  # noqa: E402
-from airflow_iqp.inputs.tpch import generate, streams_at  # noqa: E402
 from airflow_iqp.query.catalogue import get_query  # noqa: E402
 from airflow_iqp.query.store import Saved  # noqa: E402
 from airflow_iqp.spark import connect  # noqa: E402
@@ -67,11 +66,7 @@ def main() -> None:
     ap.add_argument("--units", type=int, default=FULL["units"])
     ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
-    data = RESULTS / "tmp" / f"tpch-sf{args.scale}-n{args.units}"
-    if not (data / "units").is_dir():
-        generate(args.scale, args.units, data, overwrite=True)
-    units = sorted((data / "units").iterdir())
-    streams = streams_at(data / "units")
+    data, units, streams = tpch_units(args.scale, args.units)
     members = {q: Saved(get_query(q), streams, str(data / "static")) for q in args.queries.split(",")}
     rows = []
     for memory in args.memory.split(","):

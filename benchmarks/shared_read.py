@@ -42,6 +42,15 @@ GROUPS = (("cq3",), ("cq3", "q1", "q6"))
 UNITS = (7, 20)
 
 
+def tpch_units(scale: float, n: int) -> tuple[Path, list[Path], tuple]:
+    """The benchmarks' TPC-H data at ``scale`` in ``n`` units (generated once): its directory,
+    its units in order, and their streams."""
+    data = RESULTS / "tmp" / f"tpch-sf{scale}-n{n}"
+    if not (data / "units").is_dir():
+        generate(scale, n, data, overwrite=True)
+    return data, sorted((data / "units").iterdir()), streams_at(data / "units")
+
+
 def one_round(spark, members: dict, files: list[str], cached: bool) -> float:
     """Seconds to read ``files`` once for ``members`` and collect each member's partial."""
     t0 = time.perf_counter()
@@ -63,11 +72,7 @@ def main() -> None:
     ap.add_argument("--units", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    data = RESULTS / "tmp" / f"tpch-sf{args.scale}-n{args.units}"
-    if not (data / "units").is_dir():
-        generate(args.scale, args.units, data, overwrite=True)
-    units = sorted((data / "units").iterdir())
-    streams = streams_at(data / "units")
+    data, units, streams = tpch_units(args.scale, args.units)
     port = free_port()
     base = Path(tempfile.mkdtemp(prefix="iqp-shared-read-"))
     server = connect.start_server(port, base=base)
