@@ -78,14 +78,20 @@ def airflow_weight(policy: Policy, *, deadline: float, remaining_cost: float, ba
     return max(1, min(WEIGHT_MAX, WEIGHT_BASE - round((key - reference) / resolution)))
 
 
+#: A job :func:`most_in_time` cannot keep in time still runs in its place, not after the
+#: others, where it is expected to end at most this share of its own seconds late.
+TRY_LATENESS = 0.5
+
+
 def most_in_time(waiting: Sequence[str], now: float, due: Mapping[str, tuple[float, float]],
                  pace: float = 1.0) -> str:
     """Which of ``waiting`` starts next, so that as many of them as can meet their deadlines
-    do: the first, earliest deadline first, of the largest set that, run one after another
-    from ``now`` in that order and each taking its expected seconds times ``pace``, all
-    end in time (Moore and Hodgson's rule, optimal for the number of jobs in time on one
-    machine); when none can, the earliest deadline. ``due``: each one's (deadline, expected
-    seconds); one without is taken as due last and in time.
+    do: they run earliest deadline first, the largest set that, run one after another from
+    ``now`` and each taking its expected seconds times ``pace``, all end in time (Moore and
+    Hodgson's rule, optimal for the number of jobs in time on one machine), and each of the
+    others in its place among them where that makes none of them end late and it is within
+    reach of its own deadline. ``due``: each one's (deadline, expected seconds); one without
+    is taken as due last and in time.
 
     Plain EDF is optimal while every deadline can be met. When they cannot, it starts a
     job that misses anyway, and every job after it waits for it: each may miss in turn
@@ -93,8 +99,11 @@ def most_in_time(waiting: Sequence[str], now: float, due: Mapping[str, tuple[flo
     yield is not enough either: a long job that can still just make its deadline makes
     several shorter ones after it miss theirs. The rule walks the jobs earliest deadline
     first and, each time the one added would end late, drops the longest kept so far
-    (ties: the one due latest); the dropped run after the others. Asked again as each job
-    ends, with the pace measured so far, it re-plans the rest.
+    (ties: the one due latest). A job dropped still runs in its place, not after the
+    others, where the slack of those kept covers it and it is expected to end at most
+    :data:`TRY_LATENESS` of its seconds late: its seconds are an estimate, and it may end in
+    time yet. Asked again as each job ends, with the pace measured so far, the rule
+    re-plans the rest.
     """
     if not waiting:
         raise ConfigError("nothing is waiting to run", "waiting")
@@ -109,4 +118,22 @@ def most_in_time(waiting: Sequence[str], now: float, due: Mapping[str, tuple[flo
             longest = max(reversed(kept), key=seconds.__getitem__)  # ties: the one due latest
             kept.remove(longest)
             end -= seconds[longest]
-    return (kept or order)[0]
+
+    def worth_it(run: list[str]) -> bool:
+        """Every kept job of ``run`` ends in time, and every other at most TRY_LATENESS of its seconds late."""
+        t = now
+        for m in run:
+            t += seconds[m]
+            late = t - due[m][0] if m in due else 0.0
+            if late > 0 and (m in kept or late > TRY_LATENESS * seconds[m]):
+                return False
+        return True
+
+    run = list(kept)
+    for m in order:  # the dropped, each where it is due, where that is worth it
+        if m not in kept:
+            at = sum(1 for r in run if order.index(r) < order.index(m))
+            tried = [*run[:at], m, *run[at:]]
+            if worth_it(tried):
+                run = tried
+    return (run or order)[0]

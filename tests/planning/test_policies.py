@@ -31,8 +31,9 @@ def test_a_long_job_that_could_just_make_its_deadline_yields_to_several_shorter_
     # it both short jobs do, so it runs last.
     due = {"long": (5.5, 5.0), "s1": (5.8, 1.0), "s2": (7.0, 1.0)}
     assert most_in_time(["long", "s1", "s2"], 0.0, due) == "s1"
-    assert most_in_time(["long", "s2"], 1.0, due) == "s2"
-    assert most_in_time(["long"], 2.0, due) == "long"
+    # Then long, expected 0.5 s late, still runs before s2, which can wait for it.
+    assert most_in_time(["long", "s2"], 1.0, due) == "long"
+    assert most_in_time(["long", "s2"], 1.0, {**due, "s2": (6.5, 1.0)}) == "s2"  # unless s2 would end late
 
 
 def test_when_none_can_meet_its_deadline_the_earliest_deadline_runs():
@@ -41,7 +42,8 @@ def test_when_none_can_meet_its_deadline_the_earliest_deadline_runs():
 
 def test_a_job_without_a_deadline_is_in_time_and_after_those_with_one():
     assert most_in_time(["x", "a"], 0.0, DUE) == "a"
-    assert most_in_time(["x", "a"], 7.0, DUE) == "x"
+    assert most_in_time(["x", "a"], 7.0, DUE) == "a"  # 1 s late, within reach: x has no deadline to miss
+    assert most_in_time(["x", "a"], 9.0, DUE) == "x"  # 3 s late, more than half its 4 s
     assert most_in_time(["y", "x"], 0.0, {}) == "y"  # no deadlines at all: the order given
 
 
@@ -78,3 +80,11 @@ def test_asked_as_each_job_ends_it_meets_as_many_deadlines_as_the_best_order(see
     now, pace = rng.uniform(0.0, 2.0), rng.choice([1.0, 1.3, 2.0])
     best = max(_in_time(p, now, due, pace) for p in itertools.permutations(names))
     assert _in_time(_followed(names, now, due, pace), now, due, pace) == best
+
+
+def test_a_job_expected_to_end_just_late_still_runs_in_its_place_where_no_job_in_time_is_made_late():
+    # x is expected to end 0.1 s late; y has room to wait for it: x runs first, and may yet
+    # make it. With y due sooner, x waits until y is done; so it does when it is far out of reach.
+    assert most_in_time(["y", "x"], 1.0, {"x": (1.9, 1.0), "y": (10.0, 1.0)}) == "x"
+    assert most_in_time(["y", "x"], 1.0, {"x": (1.9, 1.0), "y": (2.5, 1.0)}) == "y"
+    assert most_in_time(["y", "x"], 1.0, {"x": (1.4, 1.0), "y": (10.0, 1.0)}) == "y"

@@ -47,5 +47,5 @@ def test_a_member_the_pace_makes_late_yields_to_one_still_in_time():
     due = {"a": (now + 1.5, 1.0), "b": (now + 100.0, 2.0)}
     pace = _Pace(due, scale=1.2)
     assert pace.next(["a", "b"]) == "a"  # 1.2 s of 1.5 s left
-    pace.done("b", 4.0)  # twice as long as planned
-    assert pace.next(["a", "b"]) == "b"  # a: 2 s of 1.5 s left
+    pace.done("b", 8.0)  # four times as long as planned
+    assert pace.next(["a", "b"]) == "b"  # a: 4 s of 1.5 s left
