@@ -135,7 +135,7 @@ def verdict(run: Run, n: int) -> Verdict:
     v.check(not f["lost"], f"units lost: {f['lost']}")
     v.check(f["twice"] == 0, f"units counted twice: {f['twice']} ({f['claimed']})")
     v.check(not left_temporaries(f["ws"]), "a killed attempt's temporary partial was left")
-    if n not in (11, 12):  # the deadline was met: no alert
+    if n not in (11, 12) and run.on_time:  # the deadline was met: no alert
         v.check(run.alert(dag) is None and f["ws"].doc("deadline_risk") is None,
                 "a deadline alert or risk warning fired")
     globals()[f"_fault_{n}"](run, v, f, fault)
@@ -247,7 +247,7 @@ def _fault_10(run, v, f, fault):
     v.check(f["claimed"] == [] and f["manifest"].get("units") == [], f"claims in an empty window: {f['claimed']}")
     v.check(f["manifest"].get("rows_out") in (0, None) and f["report"].get("partial") is False,
             f"empty window's result: {f['manifest'].get('rows_out')} rows, partial {f['report'].get('partial')}")
-    v.check(f["report"].get("deadline_met") is True, "the empty window missed its deadline")
+    v.check(f["report"].get("deadline_met") is True or not run.on_time, "the empty window missed its deadline")
     v.row["detected_by"] = "every batch found nothing to claim and skipped; the final task wrote an empty result"
     v.row["recovery_seconds"] = 0.0
 
