@@ -13,8 +13,9 @@
 #     and the first lane's Airflow and Spark processes run in sessions of their own: there
 #     the second lane takes about one group's share of the CPU beside them, and so do the
 #     spark-submit JVMs of its own tests, which start sessions of their own. The e2e suites'
-#     deadlines leave room for that, and the cluster e2e suite checks results, not
-#     deadlines. The second lane's output goes to var/test-rest.log, printed at the end;
+#     deadlines leave room for that, and the cluster e2e suite and the fault suite on the
+#     object store check results, not deadlines. The second lane's output goes to
+#     var/test-rest.log, printed at the end;
 #   * then, once both lanes are done, tests/cluster/test_faults.py and
 #     tests/e2e/test_query_dag.py, with nothing else running: each fault's window must meet
 #     its deadline with no alert, and the query DAG's three windows check each claim to the
