@@ -90,7 +90,7 @@ def phase1(run) -> None:
     # API can take longer than the pause to answer on a busy machine.
     ti = wait_for(lambda: next((t for t in [ti_of(run, "f_conn", "batch.submit", 0)]
                                 if t and t["state"] == "running"), None), timeout=120, poll=0.3)
-    if ti and wait_for(lambda: pausing(run, "f_conn", 1), timeout=60):
+    if ti and wait_for(lambda: pausing(run, "f_conn", 1), timeout=180):
         pids = cl.task_pids(ti["id"])
         fault = _record(run, 2, batch=1, ti=ti, pids=pids, claim=claim_of(run, "f_conn", 1))
         for pid in pids:
@@ -157,12 +157,13 @@ def phase2(run) -> None:
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=300)
+        t.join(timeout=600)
 
 
 def _jvm_fault(run) -> None:
     """1. f_submit's batch 1: its driver JVM, SIGKILL, while the batch pauses before its rename."""
-    if not wait_for(lambda: pausing(run, "f_submit", 1), timeout=300):
+    # beside the rest of the suite on 2 cores, this batch's spark-submit has taken 336 s
+    if not wait_for(lambda: pausing(run, "f_submit", 1), timeout=600):
         _missed(run, 1, "f_submit's batch 1 never paused before its rename")
         return
     jvm = _submit_jvm(run, "f_submit", 1)
@@ -199,7 +200,7 @@ def _executor_of(run, jvm: dict | None) -> int | None:
 def _worker_fault(run) -> None:
     """5. the Spark worker (and its executors), once f_submit's batch 2 has its executor; then started again."""
     cl = run.cluster
-    executor = wait_for(lambda: _executor_of(run, _submit_jvm(run, "f_submit", 2)), timeout=300, poll=0.2)
+    executor = wait_for(lambda: _executor_of(run, _submit_jvm(run, "f_submit", 2)), timeout=600, poll=0.2)
     if not executor:
         _missed(run, 5, "f_submit's batch 2 never got an executor")
         return
