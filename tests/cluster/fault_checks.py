@@ -247,7 +247,8 @@ def _fault_10(run, v, f, fault):
     v.check(f["claimed"] == [] and f["manifest"].get("units") == [], f"claims in an empty window: {f['claimed']}")
     v.check(f["manifest"].get("rows_out") in (0, None) and f["report"].get("partial") is False,
             f"empty window's result: {f['manifest'].get('rows_out')} rows, partial {f['report'].get('partial')}")
-    v.check(f["report"].get("deadline_met") is True or not run.on_time, "the empty window missed its deadline")
+    if run.on_time:
+        v.check(f["report"].get("deadline_met") is True, "the empty window missed its deadline")
     v.row["detected_by"] = "every batch found nothing to claim and skipped; the final task wrote an empty result"
     v.row["recovery_seconds"] = 0.0
 

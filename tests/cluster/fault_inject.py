@@ -162,7 +162,7 @@ def phase2(run) -> None:
 
 def _jvm_fault(run) -> None:
     """1. f_submit's batch 1: its driver JVM, SIGKILL, while the batch pauses before its rename."""
-    # beside the rest of the suite on 2 cores, this batch's spark-submit has taken 336 s
+    # beside the rest of the suite on 2 cores, this batch's spark-submit can take minutes
     if not wait_for(lambda: pausing(run, "f_submit", 1), timeout=600):
         _missed(run, 1, "f_submit's batch 1 never paused before its rename")
         return

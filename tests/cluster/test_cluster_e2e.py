@@ -56,9 +56,9 @@ OFFSET = 150      # deadline after the window's end, s
 LEAD = 100        # the window opens this long after the cluster starts (start-up takes ~50 s)
 # How long past the deadline a run may still take: this module checks results, not
 # deadlines. Two spark-submit DAGs each start a driver and an executor JVM per batch, beside
-# the Connect server, the master, the workers and Airflow, on 2 cores, beside the rest of the
-# suite (scripts/test.sh), where one batch's spark-submit can take four minutes; and a killed
-# worker's tasks wait out their heartbeat before they are retried.
+# the Connect server, the master, the workers, Airflow and the rest of the suite
+# (scripts/test.sh) on 2 cores, where one batch's spark-submit can take minutes; and a
+# killed worker's tasks wait out their heartbeat before they are retried.
 SLACK = 900
 # Hints that make one batch of all units too slow for the deadline: the plan cuts two or more.
 COST = {"IQP_COST_PER_UNIT": "20", "IQP_COST_PER_BATCH": "15"}
