@@ -158,8 +158,13 @@ def test_a_group_s_fused_tail_runs_the_last_shared_batch_and_every_member_s_merg
     lander = land_later(units[3:], landing)
     out = run_tail(spark, group, tail, backend="spark-submit")
     lander.join()
-    # Every member's part was rehearsed, earliest deadline first, and left nothing behind.
-    assert re.search(r"rehearsed on 2 units: cq1 \S+ s, q6 \S+ s, q4 \S+ s", capsys.readouterr().out)
+    # The members' parts were rehearsed earliest deadline first, each while there was room
+    # before the last batch's input (on a slow machine the room may end before q4's), and
+    # left nothing behind.
+    said = re.search(r"rehearsed on 2 units: (.*)", capsys.readouterr().out)
+    assert said, "no member's part was rehearsed"
+    rehearsed = [part.split()[0] for part in said.group(1).split(", ")]
+    assert rehearsed and rehearsed == list(members[:len(rehearsed)]), rehearsed
     assert not [p for p in state.rglob("*rehearsal*")]
     assert list(out["members"]) == list(members)
     claims = group.claims()
