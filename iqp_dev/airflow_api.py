@@ -270,7 +270,7 @@ class AirflowClient:
         )
         content = data.get("content")
         if isinstance(content, list):
-            return "\n".join(c.get("event", "") if isinstance(c, dict) else str(c) for c in content)
+            return "\n".join(_log_line(c) for c in content)
         return str(content)
 
     # ---------------------------------------------------------------- direct DB reads
@@ -286,6 +286,22 @@ class AirflowClient:
         with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=30)) as con:
             con.row_factory = sqlite3.Row
             return [dict(r) for r in con.execute(query, params)]
+
+
+def _log_line(entry) -> str:
+    """One entry of a structured task log as text: its event, then the exception it carries
+    (structlog's dict form, which Airflow 3 keeps under ``error_detail``), innermost frame last."""
+    if not isinstance(entry, dict):
+        return str(entry)
+    lines = [str(entry.get("event", ""))]
+    for exc in entry.get("error_detail") or entry.get("exception") or ():
+        if not isinstance(exc, dict):
+            lines.append(str(exc))
+            continue
+        lines += [f'  File "{f.get("filename")}", line {f.get("lineno")}, in {f.get("name")}'
+                  for f in exc.get("frames") or () if isinstance(f, dict)]
+        lines.append(f"{exc.get('exc_type', 'Exception')}: {exc.get('exc_value', '')}")
+    return "\n".join(lines)
 
 
 def _pg_sql(url: str, query: str, params: tuple | Mapping) -> list[dict]:

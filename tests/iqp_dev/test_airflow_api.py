@@ -52,3 +52,43 @@ def test_other_errors_are_not_sent_again():
         assert err.value.status == 409 and len(seen) == 1
     finally:
         server.shutdown()
+
+
+def test_a_task_log_carries_the_exception_the_task_failed_with():
+    """Airflow 3 keeps a failure's exception beside the event, in structlog's dict form: the
+    text names its type, message and frames, so a harness that prints a failed task's log
+    says why it failed."""
+    import sys
+
+    import structlog
+
+    def fail():
+        raise RuntimeError("[SPARK_JOB_CANCELLED] out of heap")
+
+    try:
+        fail()
+    except RuntimeError:
+        detail = structlog.tracebacks.ExceptionDictTransformer()(sys.exc_info())
+    content = [{"event": "::group::Pre Execute"}, {"event": "Task failed with exception", "error_detail": detail}]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"content": content}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        text = AirflowClient(f"http://127.0.0.1:{server.server_port}", "sqlite://").task_log("d", "r", "t")
+    finally:
+        server.shutdown()
+    lines = text.splitlines()
+    assert lines[:2] == ["::group::Pre Execute", "Task failed with exception"]
+    assert lines[-1] == "RuntimeError: [SPARK_JOB_CANCELLED] out of heap"
+    assert any(line.endswith(", in fail") for line in lines[2:-1])
