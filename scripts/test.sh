@@ -26,8 +26,9 @@
 #     query DAG's three windows check each claim to the second and each deadline 100 s after
 #     the window's end, which the last batch and the merge (two spark-submits that each start
 #     a JVM) share with the other windows' jobs. With the cgroup, the rest lane's weight drops
-#     to 1/25 of a session's as they start: what is left of it runs in the CPU they leave idle
-#     (their windows mostly wait) and takes at most 4 % from a job of theirs. Without it,
+#     to a quarter of a session's as they start: what is left of it runs in the CPU they leave
+#     idle (their windows mostly wait), takes at most a fifth of the CPU from a job of theirs,
+#     and keeps a fifth for its own tests that time a step to the half second. Without it,
 #     they wait for the rest lane to end: beside its Spark tests at full weight, their batches
 #     take minutes instead of seconds.
 # The Airflow suites' output is also kept in var/test-airflow.log and var/test-alone.log,
@@ -122,7 +123,7 @@ live=${PIPESTATUS[0]}
 live_wall=$(( SECONDS - started ))
 rest_rc=0
 if [ -n "$GROUP_KIND" ]; then
-    lane_weight 4
+    lane_weight 25
 else
     wait "$rest" || rest_rc=$?
 fi
