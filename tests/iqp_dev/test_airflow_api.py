@@ -1,4 +1,4 @@
-"""The dev harness's API client against a real HTTP server that answers 503 first."""
+"""The dev harness's API client against a real HTTP server: POSTs answered 503 first, a task log with its exception."""
 
 from __future__ import annotations
 
@@ -11,15 +11,22 @@ import pytest
 from iqp_dev.airflow_api import AirflowClient, ApiError
 
 
-def serve(answers: list[int]):
-    """A server that answers each request with the next status of ``answers`` (then 200)."""
+def serve(answers: list[int], get: dict | None = None):
+    """A server that answers each POST with the next status of ``answers`` (then 200), and
+    each GET with ``get``."""
     seen: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self):
             seen.append(self.rfile.read(int(self.headers["Content-Length"])).decode())
             status = answers.pop(0) if answers else 200
-            body = json.dumps({"ok": status == 200}).encode()
+            self.answer(status, {"ok": status == 200})
+
+        def do_GET(self):
+            self.answer(200, get)
+
+        def answer(self, status: int, doc) -> None:
+            body = json.dumps(doc).encode()
             self.send_response(status)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -71,19 +78,7 @@ def test_a_task_log_carries_the_exception_the_task_failed_with():
         detail = structlog.tracebacks.ExceptionDictTransformer()(sys.exc_info())
     content = [{"event": "::group::Pre Execute"}, {"event": "Task failed with exception", "error_detail": detail}]
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = json.dumps({"content": content}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server, _seen = serve([], get={"content": content})
     try:
         text = AirflowClient(f"http://127.0.0.1:{server.server_port}", "sqlite://").task_log("d", "r", "t")
     finally:
