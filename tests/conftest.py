@@ -14,7 +14,7 @@ import pytest
 HERE = Path(__file__).parent
 # py4j logs a dropped connection at INFO with its traceback, from the finalizer of a
 # connection whose JVM has gone, which the garbage collector may run at any allocation.
-# Run inside ast.parse (the hygiene tests parse the sources after the Spark tests), the
+# Run inside ast.parse (tests/test_comments.py parses the sources after the Spark tests), the
 # traceback's formatting parses source lines itself on Python 3.11, and the outer parse
 # then fails with "SystemError: AST constructor recursion depth mismatch" (CPython
 # gh-106905). py4j's warnings and errors still show.
