@@ -294,7 +294,7 @@ def _log_line(entry) -> str:
     if not isinstance(entry, dict):
         return str(entry)
     lines = [str(entry.get("event", ""))]
-    for exc in entry.get("error_detail") or entry.get("exception") or ():
+    for exc in entry.get("error_detail") or ():
         if not isinstance(exc, dict):
             lines.append(str(exc))
             continue
