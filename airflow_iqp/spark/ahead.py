@@ -53,34 +53,56 @@ def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict
     if unwritten(read_claims(ws), ws.written_partials()):
         return NOT_YET
     try:
-        cover = check_coverage(ws)
-        versions = ws.partial_versions()
         files = files_of(unclaimed_units(tail, ws), tail.streams)
         if not files:
             return None
         saved = load_query(ws.query_id, ws.store)
         inspection = inspect_files(files, saved, ws.store.query(ws.query_id), claimed=ws.claimed_files())
-        rows = merge_rows_estimate(ws, cover["partials"], inspection.rows, tail=True)
-        if rows is None or rows > COLLECT_MAX_ROWS:
+        if collected_rows(ws, inspection) is None:
             return None
         with cluster_turn(tail, slots, planned=tail.remaining_cost, until=tail.ready_ts) as got:
             if not got:
                 return None
-            with StepMeter(spark) as meter:
-                part = run_batch(spark, saved, files, tail.static or None, inspection=inspection)
-                merged = run_final(spark, saved, ahead_or_paths(written, ws, cover["partials"]), also=part)
-                table = result_table(merged)
+            done = result_ahead(spark, ws, saved, files, inspection, written,
+                                lambda: run_batch(spark, saved, files, tail.static or None, inspection=inspection))
     except Exception as exc:  # noqa: BLE001 - computed ahead only saves time; the tail reports errors
         print(f"airflow-iqp final_job: {tail.label}: computing the result ahead failed, ignored: "
               f"{type(exc).__name__}: {exc}", flush=True)
         return None
+    if done is not None:
+        print(f"airflow-iqp final_job: {tail.label}: computed the result ahead from {len(files)} files in "
+              f"{done['meter'].wall_seconds:.2f} s", flush=True)
+    return done
+
+
+def collected_rows(ws: WindowState, inspection) -> int | None:
+    """The rows of ``ws``'s result merged from its written partials and a last batch over
+    the files of ``inspection``, if they would be collected into this process (at most
+    ``COLLECT_MAX_ROWS``): a result computed ahead is held there until the claim."""
+    rows = merge_rows_estimate(ws, check_coverage(ws)["partials"], inspection.rows, tail=True)
+    return None if rows is None or rows > COLLECT_MAX_ROWS else rows
+
+
+def result_ahead(spark, ws: WindowState, saved, files: list[str], inspection, written: dict | None,
+                 last_partial) -> dict | None:
+    """``ws``'s result computed ahead: ``last_partial()`` (the last batch's partial over
+    ``files``, as ``inspection`` checked them) merged with the window's written partials
+    (``written``, as :func:`~airflow_iqp.spark.tail.read_written` folded them, if still
+    theirs), its rows held in this process: ``{"files", "versions", "table", "meter",
+    "quarantined", "rows_in", "computed_at"}``, what :func:`still_the_input` and
+    :func:`~airflow_iqp.spark.merge.execute_final` read. None where the rows would not be
+    collected (:func:`collected_rows`; time stamps with and without a zone)."""
+    cover = check_coverage(ws)
+    versions = ws.partial_versions()
+    if collected_rows(ws, inspection) is None:
+        return None
+    with StepMeter(spark) as meter:
+        merged = run_final(spark, saved, ahead_or_paths(written, ws, cover["partials"]), also=last_partial())
+        table = result_table(merged)
     if table is None:
         return None
-    print(f"airflow-iqp final_job: {tail.label}: computed the result ahead from {len(files)} files in "
-          f"{meter.wall_seconds:.2f} s", flush=True)
     return {"files": sorted(files), "versions": versions, "table": table, "meter": meter,
-            "quarantined": inspection.quarantined, "rows_in": inspection.rows,
-            "computed_at": time.time()}
+            "quarantined": inspection.quarantined, "rows_in": inspection.rows, "computed_at": time.time()}
 
 
 def compute_ahead_instead(spark, ws: WindowState, entry: Batch, tail: Batch, slots: int, written: dict | None,

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import time
 
+from airflow_iqp.coordination import cluster_turn
 from airflow_iqp.filecheck import files_to_read
+from airflow_iqp.paths import is_local
 from airflow_iqp.planning.policies import most_in_time
 from airflow_iqp.query.store import load_query
+from airflow_iqp.spark.ahead import NOT_YET, result_ahead, still_the_input
 from airflow_iqp.spark.batch import in_lanes, read_shared
-from airflow_iqp.spark.merge import execute_final
+from airflow_iqp.spark.merge import execute_final, read_claims, unwritten
 from airflow_iqp.spark.steps import partial_of
 from airflow_iqp.store import WindowState
+from airflow_iqp.streams import files_of
+from airflow_iqp.window.batch import Batch
+from airflow_iqp.window.readiness import unclaimed_units
 
 
 #: How many members a group's fused tail runs at once: one. Each member's result is due at
@@ -27,7 +33,8 @@ TAIL_LANES = 1
 def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tuple[str, ...],
                        static: str | dict | None, *, backend: str, history: bool = True,
                        before: tuple[int, ...] = (), kept: dict | None = None,
-                       written: dict | None = None, due: dict | None = None, scale: float = 1.0) -> dict:
+                       written: dict | None = None, due: dict | None = None, scale: float = 1.0,
+                       computed: dict | None = None) -> dict:
     """A group's fused tail: its last batch, claimed once by the group, and every member's
     merge, in one Spark job. Each member first takes the group's claims as its own
     (:meth:`~airflow_iqp.store.WindowState.adopt_claim`), so that its merge checks every
@@ -52,6 +59,9 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     not wait for the steps of members due later. ``kept``: such batches' units as the shared
     batch left them cached in this session (its ``keep``), not read again. ``written``:
     member -> its partials as :func:`~airflow_iqp.spark.tail.read_written` read them ahead.
+    ``computed``: member -> its result computed ahead (:func:`compute_group_ahead`); one
+    whose input the claim still is (:func:`~airflow_iqp.spark.ahead.still_the_input`) is
+    written as it is, first among the members by its deadline, and nothing is run for it.
     A retry claims nothing again and writes each result again from the same claims: no
     unit is counted twice. Returns ``{"members": {member: its result manifest}, "started": {member: when its
     work started}}``; a member that fails fails the tail once the members already started
@@ -65,11 +75,22 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
     # Each member's batches to compute here: the last, and those handed over without its partial.
     todo = {m: tuple(b for b in (*before, tail_batch) if files_to_read(claims.get(b) or {})
                      and not windows[m].has_partial(b)) for m in members}
+    ahead = {m: done for m, done in (computed or {}).items() if m in todo and set(todo[m]) <= {tail_batch}
+             and still_the_input(done, windows[m], claims.get(tail_batch) or {}, m)}
+    for m in ahead:
+        todo[m] = ()
     read: dict = dict(kept or {})  # batch -> (inspection, {stream: DataFrame}), each read once
     started: dict = {}
 
     def finish(m: str) -> dict:
         started[m] = time.time()
+        if m in ahead:
+            done = ahead[m]
+            out = execute_final(spark, windows[m], backend=backend, history=history, tail=(tail_batch, None),
+                                computed_ahead=done, quarantined=done["quarantined"], tail_rows_in=done["rows_in"])
+            print(f"airflow-iqp final_job: {m}: wrote {out['result']}, computed ahead, in "
+                  f"{time.time() - started[m]:.2f} s", flush=True)
+            return out
         tail, bad, rows_in = None, [], None
         if todo[m]:
             parts = [read[b] for b in todo[m]]
@@ -90,7 +111,9 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
             read[b] = read_shared(spark, group, saved, files_to_read(claim), claim.get("checked"))
             print(f"airflow-iqp final_job: batch {b}: checked its files and planned their read in "
                   f"{time.time() - t0:.2f} s", flush=True)
-        pace = _Pace(_with_steps(due or {}, windows), scale)
+        # A member computed ahead only writes its result: it takes no seconds of the cluster's.
+        steps = _with_steps(due or {}, windows)
+        pace = _Pace({m: (d, 0.0 if m in ahead else sec) for m, (d, sec) in steps.items()}, scale)
         out, _left = in_lanes(finish, list(members), pick=pace.next, lanes=TAIL_LANES,
                               on_done=lambda m, done: pace.done(m, done["written_at"] - started[m]))
     finally:
@@ -98,6 +121,82 @@ def execute_group_tail(spark, group: WindowState, tail_batch: int, members: tupl
             for df in tables.values():
                 df.unpersist()
     return {"members": {m: out[m] for m in members}, "started": started}
+
+
+def compute_group_ahead(spark, group: WindowState, tail: Batch, slots: int, windows: dict, written: dict,
+                        computed: dict, held: dict) -> str | None:
+    """A group's fused tail computed before its claim, once the window's count of units has
+    landed (:func:`~airflow_iqp.window.readiness.may_compute_ahead`): the last batch's units,
+    every unit listed that no batch has claimed, read once, and each member's step on them
+    merged with its written partials, held in this process as its result's rows
+    (:func:`~airflow_iqp.spark.ahead.result_ahead`), into ``computed`` (member -> result).
+    Members go in the order the tail would run them
+    (:func:`~airflow_iqp.planning.policies.most_in_time` at the pace of those done), and
+    none starts once the last batch's ready time has come: the claim is due then, and the
+    tail runs the others after it. Nothing is claimed or written; at the claim,
+    :func:`execute_group_tail` writes each member's rows whose claim still reads these files
+    over these partials, and runs the rest. The units' read, cached, is left in ``held``
+    (``{"files", "read"}``): the rest run on it if the claim reads these files
+    (:func:`hand_over_read`).
+
+    The units of the count have often all landed well before the window's end, and a
+    member's result is due soon after it: computed here, the member due first is written
+    at the claim instead of after its step, and every member after it starts that much
+    earlier. :data:`~airflow_iqp.spark.ahead.NOT_YET` while a claimed batch has not written
+    a member's partial (it is still running), to be tried again; None otherwise (done, as
+    far as the ready time let it; nothing where a member's result is not local; a failure
+    is printed, and what was computed before it kept)."""
+    if not all(is_local(w.location) for w in windows.values()):
+        return None
+    claims = read_claims(group)
+    if any(unwritten(claims, w.written_partials()) for w in windows.values()):
+        return NOT_YET
+    tables: dict = {}
+    try:
+        files = files_of(unclaimed_units(tail, group), tail.streams)
+        if not files:
+            return None
+        saved = {m: load_query(m, group.store) for m in windows}
+        pace = _Pace(_with_steps(tail.member_due(), windows), tail.cost_scale or 1.0)
+        with cluster_turn(tail, slots, planned=tail.remaining_cost, until=tail.ready_ts) as got:
+            if not got:
+                return None
+            inspection, tables = read_shared(spark, group, saved, files, None)
+            held.update(files=sorted(files), read=(inspection, tables))
+            waiting = [m for m in windows if m not in computed]
+            while waiting and time.time() < tail.ready_ts:
+                m = pace.next(waiting)
+                waiting.remove(m)
+                t0 = time.time()
+                done = result_ahead(spark, windows[m], saved[m], files, inspection, written.get(m),
+                                    lambda m=m: partial_of(spark, saved[m], tables, tail.static or None))
+                if done is not None:
+                    computed[m] = done
+                    pace.done(m, time.time() - t0)
+                    print(f"airflow-iqp final_job: {m}: computed its result ahead from {len(files)} files in "
+                          f"{done['meter'].wall_seconds:.2f} s", flush=True)
+    except Exception as exc:  # noqa: BLE001 - computed ahead only saves time; the tail reports errors
+        print(f"airflow-iqp final_job: {tail.label}: computing results ahead failed, ignored: "
+              f"{type(exc).__name__}: {exc}", flush=True)
+        for df in tables.values():
+            df.unpersist()
+        held.clear()
+    return None
+
+
+def hand_over_read(held: dict, claim: dict, kept: dict, batch: int) -> None:
+    """The last batch's read that :func:`compute_group_ahead` left in ``held``, put in
+    ``kept`` (batch -> read, what :func:`execute_group_tail` reads no batch again from) if
+    ``claim`` reads exactly its files, none quarantined; else unpersisted. ``held`` is
+    emptied either way."""
+    read = held.pop("read", None)
+    if read is None:
+        return
+    if held.pop("files") == sorted(files_to_read(claim)) and not claim.get("quarantined"):
+        kept[batch] = read
+    else:
+        for df in read[1].values():
+            df.unpersist()
 
 
 def _with_steps(due: dict, windows: dict) -> dict:

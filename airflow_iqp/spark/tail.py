@@ -7,7 +7,8 @@ last step while there is time (:func:`rehearse_tail`; a group's tail,
 (:func:`read_written`), then claims the last batch's units and runs that batch and the
 merge with that state as one job (:func:`execute_tail`). When the window's count of units
 has landed before its end, it computes that batch and merge then, and at the claim writes
-those rows if the claim reads the same files (:mod:`airflow_iqp.spark.ahead`).
+those rows if the claim reads the same files (:mod:`airflow_iqp.spark.ahead`; a group's
+tail, each member's: :func:`~airflow_iqp.spark.group_tail.compute_group_ahead`).
 ``final_job.py --tail`` runs it under spark-submit; the Spark Connect backend runs it in
 the task. The claims are made here, in the driver, through the store: that is what saves
 a task's and a JVM's start after the window's end.
@@ -29,7 +30,7 @@ from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units, unit
 from airflow_iqp.query.store import load_query
 from airflow_iqp.spark.ahead import NOT_YET, compute_ahead, compute_ahead_instead, still_the_input
 from airflow_iqp.spark.batch import batch_work, execute_batch, read_shared
-from airflow_iqp.spark.group_tail import execute_group_tail
+from airflow_iqp.spark.group_tail import compute_group_ahead, execute_group_tail, hand_over_read
 from airflow_iqp.spark.merge import execute_final, merge_rows_estimate
 from airflow_iqp.spark.steps import hold_static_schemas, parquet_writer, partial_of, run_batch, run_final
 from airflow_iqp.store import WindowState
@@ -183,12 +184,18 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
     if tail.members:
         windows = {m: ws.store.window(m, ws.window_id) for m in tail.members}
         written: dict = {}
+        computed: dict = {}  # member -> its result computed ahead (compute_group_ahead)
+        held: dict = {}  # the last batch's units as computing ahead read them
+        tried: list = []
 
         def read_again(seconds: float) -> None:  # while it waits: each member's partials, when they change
             t0 = time.time()
             if seconds > TAIL_POLL_S:  # not in the last second's quick polls: that is a listing per member
                 for m, w in windows.items():
                     written[m] = read_written(spark, w, written[m], until=room_until(tail))
+            if not tried and may_compute_ahead(tail, time.time()):
+                if compute_group_ahead(spark, ws, tail, slots, windows, written, computed, held) is not NOT_YET:
+                    tried.append(True)
             time.sleep(max(0.0, seconds - (time.time() - t0)))
 
         try:
@@ -197,13 +204,16 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
             rehearse_group_tail(spark, ws, tail, slots, windows, written)
             claim = wait_and_claim(tail, sleep=read_again)
             print(f"airflow-iqp final_job: {tail.label}: claimed {len(claim['units'])} units", flush=True)
+            hand_over_read(held, claim, kept, tail.index)
             with cluster_turn(tail, slots, planned=tail.remaining_cost):
                 return execute_group_tail(spark, ws, tail.index, tail.members, tail.static or None, backend=backend,
                                           history=history, before=tuple(e.index for e in tail.before), kept=kept,
-                                          written=written, due=tail.member_due(), scale=tail.cost_scale)
+                                          written=written, due=tail.member_due(), scale=tail.cost_scale,
+                                          computed=computed)
         finally:
             for state in written.values():
                 release(state)
+            hand_over_read(held, {}, {}, tail.index)  # a failure before the claim: nothing to hand over
 
 
 def _last_batch(spark, ws: WindowState, tail: Batch, slots: int, backend: str, history: bool, ahead: list,

@@ -231,3 +231,108 @@ def test_a_shared_batch_hands_the_members_due_later_over_to_the_group_s_tail(spa
     again = execute_group_tail(spark, group, 3, members, None, backend="spark-submit", before=(2,))
     for q in members:
         assert again["members"][q]["units"] == out["members"][q]["units"] and again["members"][q]["revision"] == 1
+
+
+def _group_tail_of_two(spark, store, landing, tpch_dir, units, members, count: int, ready_in: float):
+    """A group window whose batch 1 (three units) is claimed and written, and its fused
+    tail: the last batch, due ``ready_in`` seconds from now, the window's count ``count``,
+    with no room to rehearse, so that the tail only waits, computes ahead, claims."""
+    import shutil
+    import time
+
+    from airflow_iqp.inputs.tpch import streams_at
+    from airflow_iqp.query.catalogue import get_query
+    from airflow_iqp.window.readiness import claim_batch, split_tail
+    from tests.support.batches import make_batch
+
+    streams = streams_at(landing)
+    static = str(tpch_dir / "static")
+    for q in members:
+        save_query(store, Saved(get_query(q), streams, static))
+    now, far = time.time(), time.time() + 3600
+    entries = [make_batch(query="tpch_group", window_id=WINDOW, index=i, of=2, units=n, cumulative=c,
+                          expected_total=count, last=i == 2, ready_ts=now + r, latest_start_ts=far, deadline_ts=far,
+                          landing=str(landing), state_dir=str(store.location), static=static,
+                          streams=tuple(s.to_dict() for s in streams), members=members, label=f"batch {i}/2")
+               for i, n, c, r in ((1, 3, 3, 0.0), (2, count - 3, count, ready_in))]
+    mapped, tail = split_tail(entries, lead=1.0)
+    assert not tail.before
+    for u in units[:3]:
+        shutil.copytree(u, landing / u.name)
+    claim_batch(mapped[0])
+    group = store.window("tpch_group", WINDOW)
+    execute_batch(spark, batch_work(group, 1, members=members), backend="spark-submit")
+    # A tail planned to take a minute has no room to rehearse before its ready time.
+    return group, tail.with_(ready_ts=time.time() + ready_in, remaining_cost=60.0)
+
+
+def test_a_group_s_fused_tail_computes_its_members_results_once_the_count_has_landed(
+        spark, tpch_dir, units, tmp_path, capsys):
+    """Every unit of the window's count is in before the last batch's ready time: the group's
+    tail reads them once and computes each member's result ahead, earliest deadline first,
+    claims at the ready time all the same, finds the claim reads the files it computed
+    from, and writes those rows; each result equals DuckDB's and no partial of the last
+    batch is written."""
+    import shutil
+
+    from airflow_iqp.spark.tail import run_tail
+
+    landing, store = tmp_path / "landing", open_store(tmp_path / "state")
+    landing.mkdir()
+    members = ("cq1", "q6", "q4")
+    group, tail = _group_tail_of_two(spark, store, landing, tpch_dir, units, members, count=len(units), ready_in=10.0)
+    for u in units[3:]:
+        shutil.copytree(u, landing / u.name)
+    out = run_tail(spark, group, tail, backend="spark-submit")
+    said = capsys.readouterr().out
+    ahead = re.findall(r"(\w+): computed its result ahead from", said)
+    # Each member computed ahead before the ready time, in the tail's order; on a slow
+    # machine the ready time may come before the last members'.
+    assert ahead and ahead == list(members[:len(ahead)]), said
+    claim = group.claim_of(2)
+    assert claim["claimed_at"] >= tail.ready_ts  # the count is a hint: the claim waited for the ready time
+    assert claim["units"] == [u.name for u in units[3:]]
+    assert_started_one_at_a_time(out, members)
+    for q in members:
+        ws, manifest = store.window(q, WINDOW), out["members"][q]
+        assert ("computed_ahead_at" in manifest) == (q in ahead)
+        if q in ahead:
+            assert manifest["computed_ahead_at"] <= claim["claimed_at"] <= manifest["written_at"]
+        assert manifest["batches"] == [1, 2] and sorted(manifest["units"]) == sorted(u.name for u in units)
+        assert not ws.has_partial(2)
+        assert_tpch_result(ws, q, units, tpch_dir)
+
+
+def test_a_unit_landing_after_a_group_s_results_were_computed_ahead_is_in_every_result(
+        spark, tpch_dir, units, tmp_path, capsys, monkeypatch):
+    """The window's count is reached before the ready time, the group's tail computes ahead,
+    then one more unit lands: the claim takes it, differs from what was computed, and every
+    member runs its step on the claimed units and its merge as usual. No unit is lost."""
+    import shutil
+
+    from airflow_iqp.spark import tail as tail_module
+
+    landing, store = tmp_path / "landing", open_store(tmp_path / "state")
+    landing.mkdir()
+    members = ("cq1", "q6", "q4")
+    group, tail = _group_tail_of_two(spark, store, landing, tpch_dir, units, members, count=len(units) - 1,
+                                     ready_in=10.0)
+    for u in units[3:-1]:
+        shutil.copytree(u, landing / u.name)
+    compute = tail_module.compute_group_ahead
+
+    def then_a_late_writer(*args):  # one more unit lands once the results have been computed
+        out = compute(*args)
+        shutil.copytree(units[-1], landing / units[-1].name)
+        return out
+
+    monkeypatch.setattr(tail_module, "compute_group_ahead", then_a_late_writer)
+    out = tail_module.run_tail(spark, group, tail, backend="spark-submit")
+    said = capsys.readouterr().out
+    assert "computed its result ahead from" in said and "the claim differs" in said
+    assert group.claim_of(2)["units"] == [u.name for u in units[3:]]
+    for q in members:
+        ws, manifest = store.window(q, WINDOW), out["members"][q]
+        assert "computed_ahead_at" not in manifest
+        assert sorted(manifest["units"]) == sorted(u.name for u in units)
+        assert_tpch_result(ws, q, units, tpch_dir)
