@@ -58,7 +58,7 @@ def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict
             return None
         saved = load_query(ws.query_id, ws.store)
         inspection = inspect_files(files, saved, ws.store.query(ws.query_id), claimed=ws.claimed_files())
-        if collected_rows(ws, inspection) is None:
+        if collected_rows(ws, check_coverage(ws)["partials"], inspection) is None:
             return None
         with cluster_turn(tail, slots, planned=tail.remaining_cost, until=tail.ready_ts) as got:
             if not got:
@@ -75,11 +75,11 @@ def compute_ahead(spark, ws: WindowState, tail: Batch, slots: int, written: dict
     return done
 
 
-def collected_rows(ws: WindowState, inspection) -> int | None:
-    """The rows of ``ws``'s result merged from its written partials and a last batch over
+def collected_rows(ws: WindowState, partials: list[str], inspection) -> int | None:
+    """The rows of ``ws``'s result merged from its written ``partials`` and a last batch over
     the files of ``inspection``, if they would be collected into this process (at most
     ``COLLECT_MAX_ROWS``): a result computed ahead is held there until the claim."""
-    rows = merge_rows_estimate(ws, check_coverage(ws)["partials"], inspection.rows, tail=True)
+    rows = merge_rows_estimate(ws, partials, inspection.rows, tail=True)
     return None if rows is None or rows > COLLECT_MAX_ROWS else rows
 
 
@@ -94,7 +94,7 @@ def result_ahead(spark, ws: WindowState, saved, files: list[str], inspection, wr
     collected (:func:`collected_rows`; time stamps with and without a zone)."""
     cover = check_coverage(ws)
     versions = ws.partial_versions()
-    if collected_rows(ws, inspection) is None:
+    if collected_rows(ws, cover["partials"], inspection) is None:
         return None
     with StepMeter(spark) as meter:
         merged = run_final(spark, saved, ahead_or_paths(written, ws, cover["partials"]), also=last_partial())
