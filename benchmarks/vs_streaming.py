@@ -148,12 +148,15 @@ GROUP_UNSET = ("IQP_MARGIN", "IQP_FUSE_TAIL", "IQP_DISPATCH", "IQP_TAIL_SLOTS", 
 DYNAMIC_SET = {"IQP_MODE": "dynamic", "IQP_TAIL_SLOTS": "1", "IQP_FUSE_TAIL": "1"}
 #: The least warm-up of a fresh server (:func:`warm_server`), in seconds of its work.
 WARMUP_MIN_S = 60.0
-#: The benchmark's Spark Connect server's driver memory (its JVM heap): spark-submit's
-#: default, 1g, as the streaming, one-batch and spark-submit batch applications have. The
-#: heap holds a shared batch's broadcast hash tables for every query of the group at once,
-#: which depends on the queries' plans as much as on the batch's units; 512m does not hold
-#: the ten queries' batch at 0.2D (docs/decisions.md). ``--server-memory`` sets another.
-SERVER_MEMORY = "1g"
+#: The benchmark's Spark Connect server's driver memory (its JVM heap). The server's
+#: resident memory is its heap, which the JVM commits in full under this load, plus about
+#: 570 MB; at spark-submit's default, 1g, as the streaming application has, the two
+#: peak within tens of MB of each other. The heap holds a shared batch's broadcast hash
+#: tables for every query of the group at once, which depends on the queries' plans as
+#: much as on the batch's units: 512m did not hold the ten queries' first batch at 0.2D
+#: once the server had done the warm-up and calibration; 768m ran every shared batch as
+#: fast as 1g (benchmarks/server_memory.py; docs/decisions.md). ``--server-memory`` sets another.
+SERVER_MEMORY = "768m"
 #: What the preparation measures, kept for ``--reuse-prep``.
 PREP_KEYS = ("D", "D_calibrated", "overhead", "reference")
 

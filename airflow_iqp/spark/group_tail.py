@@ -220,23 +220,27 @@ def _with_steps(due: dict, windows: dict) -> dict:
 
 
 class _Pace:
-    """How much longer than expected a group tail's members take: the mean ratio of the
-    seconds taken to those expected (``due``, as :func:`_with_steps` gives them) of the
-    members done so far in this tail, and never less than ``scale`` (the plan's). It
-    covers what those seconds do not: two lanes sharing the cores, and a plan the JVM has
-    compiled few times. A member that ran faster than expected does not make the others
-    seem faster than the plan has them."""
+    """How much longer than expected a group tail's members take: the seconds taken by the
+    members done so far in this tail over the seconds expected of them (``due``, as
+    :func:`_with_steps` gives them), and never less than ``scale`` (the plan's). It covers
+    what those seconds do not: two lanes sharing the cores, a plan the JVM has compiled few
+    times, the merge of the member's partials. A ratio of sums, not a mean of ratios: a
+    member of a fraction of a second is mostly the fixed cost of a job, and its ratio says
+    little about the seconds of a long member. A member that ran faster than expected does
+    not make the others seem faster than the plan has them."""
 
     def __init__(self, due: dict, scale: float):
-        self.due, self.scale, self.ratios = due, scale, []
+        self.due, self.scale = due, scale
+        self.taken = self.expected = 0.0
 
     def done(self, member: str, seconds: float) -> None:
         planned = self.due.get(member, (0.0, 0.0))[1]
         if planned > 0:
-            self.ratios.append(seconds / planned)
+            self.taken += seconds
+            self.expected += planned
 
     def now(self) -> float:
-        return max(self.scale, sum(self.ratios) / len(self.ratios)) if self.ratios else self.scale
+        return max(self.scale, self.taken / self.expected) if self.expected else self.scale
 
     def next(self, waiting: list[str]) -> str:
         """The member to start now (:func:`~airflow_iqp.planning.policies.most_in_time`);

@@ -32,14 +32,15 @@ def test_a_member_s_seconds_are_its_latest_shared_step_or_the_plan_s_if_less_and
     assert _with_steps(due, windows) == {"light": (10.0, 0.2), "new": (20.0, 0.0), "heavy": (30.0, 1.0)}
 
 
-def test_the_pace_is_the_mean_ratio_of_taken_to_planned_never_faster_than_the_plan_s_scale():
+def test_the_pace_is_the_seconds_taken_over_those_planned_never_faster_than_the_plan_s_scale():
     pace = _Pace({"a": (10.0, 1.0), "b": (20.0, 2.0), "c": (30.0, 0.0)}, scale=1.2)
     assert pace.now() == 1.2  # none done: the plan's
     pace.done("a", 0.5)
     assert pace.now() == 1.2  # faster than planned: still the plan's
     pace.done("b", 6.0)
-    pace.done("c", 1.0)  # nothing planned: no ratio
-    assert pace.now() == pytest.approx((0.5 + 3.0) / 2)
+    pace.done("c", 1.0)  # nothing planned: not counted
+    # A ratio of sums: "b", six times "a"'s seconds, weighs six times as much.
+    assert pace.now() == pytest.approx((0.5 + 6.0) / (1.0 + 2.0))
 
 
 def test_a_member_the_pace_makes_late_yields_to_one_still_in_time():
