@@ -39,7 +39,7 @@ def test_the_pace_is_the_seconds_taken_over_those_planned_never_faster_than_the_
     assert pace.now() == 1.2  # faster than planned: still the plan's
     pace.done("b", 6.0)
     pace.done("c", 1.0)  # nothing planned: not counted
-    # A ratio of sums: "b", six times "a"'s seconds, weighs six times as much.
+    # A ratio of sums: each member counts by its planned seconds ("b"'s 2.0 twice "a"'s 1.0).
     assert pace.now() == pytest.approx((0.5 + 6.0) / (1.0 + 2.0))
 
 
