@@ -139,6 +139,10 @@ def run_windows(ctx, phase: str, windows: list[dict], *, reference: bool) -> lis
                 rec["failed"] = str(exc)[-3000:]
                 say(f"{d['dag_id']}: {rec['failed']}")
             rec["server_cpu_seconds"] = round(connect.server_cpu_seconds(server_pid) - cpu0, 2)
+            # The run's task logs stay beside its state: the Airflow home goes with the phase.
+            logs = af.home / "logs" / f"dag_id={d['dag_id']}"
+            if logs.is_dir():
+                shutil.copytree(logs, w["run_dir"] / "logs", dirs_exist_ok=True)
             th.join()
             ws = open_store(w["run_dir"] / "state").window(w["query"], window_id(start))
             got = window_outcome({w["query"]: ws}, start, window_end, landed)
