@@ -18,7 +18,9 @@ its own DAG, landing directory and state directory (the calibrated fits only, so
 window plans with what an earlier one measured), and the windows follow each other with
 :data:`GAP_S` seconds after one's deadline and the next one's start. The DAGs plan as
 vs_streaming's ``iqp_connect_*`` runs do (its settings: dispatch, margin, fused tail started
-``tail_lead`` before the window's end), but at a cost scale of :data:`COST_SCALE`.
+``tail_lead`` before the window's end), but at a cost scale of :data:`COST_SCALE`, and the
+server has the heap it has by default (``airflow-iqp connect-server``'s 2g; vs_streaming
+gives its server less, to compare its memory with streaming's).
 
 Recorded per run: batches planned and run (units claimed per batch); the result's time
 after the window's end against the deadline; CPU (the window's Airflow task processes and
@@ -229,7 +231,8 @@ def markdown(report: dict) -> str:
     meta, runs = report["meta"], report["runs"]
     lines = [f"# One query at a time, deadlines from 1 D to 0.1 D ({'quick' if meta['quick'] else 'full'})", "",
              f"Measured {meta['date']} at commit {meta['commit']} on {meta['machine']}, Spark Connect "
-             f"(one local server, warmed {meta['server_warmup']['wall_seconds']} s), Airflow "
+             f"(one local server{', ' + meta['server_memory'] + ' heap' if meta.get('server_memory') else ''}, "
+             f"warmed {meta['server_warmup']['wall_seconds']} s), Airflow "
              f"{meta['airflow']}. {', '.join(meta['queries'])} on TPC-H SF {meta['scale']} cut into {meta['units']} "
              f"units at {meta['rate']:g} units/s (a {meta['window']:g} s window), planned at a cost scale of "
              f"{(meta.get('cost_scale') or {}).get(BACKEND, VS_COST_SCALE[BACKEND]):g}. Whole run "
@@ -318,9 +321,14 @@ def main(argv=None) -> int:
     p.add_argument("--cost-scale", type=float, default=COST_SCALE,
                    help="planned over calibrated costs (QueryConfig.cost_scale); default %(default)s: one query "
                         f"alone on the server (vs_streaming plans nine sharing it at {VS_COST_SCALE[BACKEND]})")
+    p.add_argument("--server-memory", default=connect.DEFAULT_DRIVER_MEMORY,
+                   help="driver memory (JVM heap) of the sweep's Spark Connect server; default %(default)s, the "
+                        "server's own default (vs_streaming runs ten queries' server at less, for its memory "
+                        "comparison with streaming)")
     args = p.parse_args(argv)
     preset = QUICK if args.quick else FULL
-    ctx = {**preset, "port": args.port, "margin": {BACKEND: 2.0}, "cost_scale": {BACKEND: args.cost_scale}}
+    ctx = {**preset, "port": args.port, "margin": {BACKEND: 2.0}, "cost_scale": {BACKEND: args.cost_scale},
+           "server_memory": args.server_memory}
     if args.queries:
         ctx["queries"] = args.queries.split(",")
     if args.fracs:

@@ -27,7 +27,10 @@ def add_parser(subparsers):
                    help="address to listen on (default 127.0.0.1); any other needs SPARK_CONNECT_AUTHENTICATE_TOKEN")
     p.add_argument("--dir", help="pid and log directory (default $IQP_CONNECT_DIR or ~/.airflow-iqp/connect)")
     p.add_argument("--master", default="local[*]", help="the server's Spark master (default local[*])")
-    p.add_argument("--driver-memory", default="2g", help="the server JVM's heap (default 2g)")
+    from airflow_iqp.spark.connect import DEFAULT_DRIVER_MEMORY
+
+    p.add_argument("--driver-memory", default=DEFAULT_DRIVER_MEMORY,
+                   help=f"the server JVM's heap (default {DEFAULT_DRIVER_MEMORY})")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark conf")
     p.add_argument("--warm-up", metavar="QUERIES", help="start: then run these queries (comma-separated) over --data")
     p.add_argument("--data", help="generated data dir (units/ + static/) or a landing dir, for --warm-up")

@@ -37,6 +37,9 @@ SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 DEFAULT_PORT = 15002
 CONNECT_MODE_VAR = "SPARK_CONNECT_MODE_ENABLED"
 DEFAULT_HOST = "127.0.0.1"
+#: The server JVM's heap unless told otherwise. It holds the cached units and broadcast hash
+#: tables of every batch running on the server at once (benchmarks/server_memory.py).
+DEFAULT_DRIVER_MEMORY = "2g"
 #: Spark Connect's pre-shared token. The server takes the conf, else the variable
 #: (``Connect.getAuthenticateToken``); pyspark's client takes ``;token=`` of the URL, else
 #: the same variable.
@@ -199,7 +202,7 @@ def _check_binding(host: str, token: str | None, conf: Mapping[str, str]) -> Non
 
 
 def server_args(port: int = DEFAULT_PORT, *, master: str = "local[*]", conf: Mapping[str, str] | None = None,
-                driver_memory: str = "2g", host: str = DEFAULT_HOST) -> list[str]:
+                driver_memory: str = DEFAULT_DRIVER_MEMORY, host: str = DEFAULT_HOST) -> list[str]:
     """spark-submit's arguments after ``--class`` :data:`SERVER_CLASS` for a server on
     ``host``:``port``: the same for the daemon of :func:`start_server` and for a server that a
     supervisor runs in the foreground (the cluster harness)."""
@@ -211,7 +214,7 @@ def server_args(port: int = DEFAULT_PORT, *, master: str = "local[*]", conf: Map
 
 
 def start_server(port: int = DEFAULT_PORT, *, base: str | os.PathLike | None = None, master: str = "local[*]",
-                 conf: Mapping[str, str] | None = None, driver_memory: str = "2g", timeout: float = 180.0,
+                 conf: Mapping[str, str] | None = None, driver_memory: str = DEFAULT_DRIVER_MEMORY, timeout: float = 180.0,
                  host: str = DEFAULT_HOST, token: str | None = None) -> dict:
     """Start a Spark Connect server on ``host``:``port`` and wait until it answers a query.
 
