@@ -240,11 +240,13 @@ def test_a_batch_before_the_last_may_leave_its_units_to_the_result_ahead_once_th
     assert leave_to_tail(entry) is None  # claimed once
 
 
-def test_a_batch_before_the_last_waits_for_the_count_only_while_its_planned_units_are_late_and_folding_pays(tmp_path):
+def test_a_batch_before_the_last_waits_for_the_count_only_where_folding_pays(tmp_path):
     """A batch whose time came before its planned units landed waits for the window's count
     while one batch over the rest and the merge would still finish by the plan's finish of
-    running it and the last batch, never past the last batch's ready time; not at all once
-    its planned units have landed."""
+    running it and the last batch, never past the last batch's ready time. Once its planned
+    units have landed, the rest of the count is due at the last batch's ready time: it waits
+    only when it starts so late (the batch before it ran long) that the result computed from
+    then finishes first."""
     from dataclasses import replace
 
     from airflow_iqp.window.replan import models_in_effect
@@ -272,6 +274,14 @@ def test_a_batch_before_the_last_waits_for_the_count_only_while_its_planned_unit
     drop(landing, f"c-{entry.cumulative - 1}.csv", T0 + 50)
     assert count_wait_until(entry, last, now) == now  # its units are in: the count is due when planned
 
+    # Started late with its units in: from when running it and the last batch finishes later
+    # than one batch over the rest started at the last batch's ready time, it waits until then.
+    at_once = cost.cost(rest) + agg.cost(2)
+    turn = last.ready_ts + at_once - entry.remaining_cost
+    assert now < turn < last.ready_ts
+    assert count_wait_until(entry, last, turn + 0.01) == last.ready_ts
+    assert count_wait_until(entry, last, turn - 0.01) == turn - 0.01
+
     # The same window due later: the plan meets its deadline, and is not put at risk for the count.
     loose = plan_window(replace(cfg, state_dir=str(tmp_path / "loose")), T0, T0 + W, T0 + W + 25, now=T0)
     store_plan(loose)
@@ -280,6 +290,41 @@ def test_a_batch_before_the_last_waits_for_the_count_only_while_its_planned_unit
     now = entry.latest_start_ts
     assert max(now + entry.cost, last.ready_ts) + last.remaining_cost <= entry.deadline_ts
     assert count_wait_until(entry, last, now) == now
+
+
+def test_a_wait_for_the_count_ends_when_the_batchs_late_planned_unit_lands(tmp_path):
+    """A batch whose last planned unit is a moment late at its fire time starts waiting for
+    the window's count, and stops as that unit lands: the rest of the count is then due when
+    planned, too late for the result computed at once to finish first. It then runs as planned
+    (nothing computed ahead, nothing claimed for it yet)."""
+    import threading
+    import time
+
+    from airflow_iqp.spark.ahead import compute_ahead_instead
+
+    landing = tmp_path / "landing"
+    hint = {"kind": "linear", "per_unit": 2.0, "per_batch": 1.0}
+    cfg = flat_cfg(tmp_path, units=8, rate=8 / W, cost_hint=hint)
+    entry_at = plan_window(bound(cfg, T0, T0 + W), T0, T0 + W, T0 + W + 9, now=T0).batches[1].latest_start_ts - T0
+    start = time.time() - entry_at - 0.05  # the window whose second batch's time has just come
+    wp = plan_window(bound(cfg, start, start + W), start, start + W, start + W + 9, now=start)
+    store_plan(wp)
+    first, entry, last = wp.batches
+    for i in range(entry.cumulative - 1):
+        drop(landing, f"c-{i}.csv", start + 1 + i)
+    claim_batch(first, now=first.ready_ts)
+    now = time.time()
+    until = count_wait_until(entry, last, now)
+    assert until - now > 5  # the wait it starts, were the unit not to come
+    lands = threading.Timer(0.3, lambda: drop(landing, f"c-{entry.cumulative - 1}.csv", time.time()))
+    lands.start()
+    computed: list = []
+    try:
+        assert compute_ahead_instead(None, entry.window_state(), entry, last, 0, None, computed) is False
+    finally:
+        lands.cancel()
+    assert time.time() < until
+    assert computed == [] and not entry.window_state().has_claim(entry.index)
 
 
 def test_a_result_is_computed_ahead_only_once_every_claimed_batch_has_its_partial(tmp_path):

@@ -22,7 +22,7 @@ from airflow_iqp.store import WindowState
 from airflow_iqp.streams import files_of
 from airflow_iqp.window.batch import Batch
 from airflow_iqp.window.readiness import (TAIL_POLL_S, count_wait_until, leave_to_tail, may_compute_ahead,
-                                         unclaimed_units, wait_ready)
+                                         planned_units_landed, unclaimed_units, wait_ready)
 
 
 #: What :func:`compute_ahead` returns while a batch before the last has claimed its units and
@@ -115,17 +115,28 @@ def compute_ahead_instead(spark, ws: WindowState, entry: Batch, tail: Batch, slo
     (:func:`~airflow_iqp.window.readiness.leave_to_tail`).
     That is one job where running ``entry`` would be two, with a partial written and read
     again between them, and it ends before the window's end where the plan's last batch
-    would start. When ``entry`` may start before the units it was planned for have all
-    landed, it waits for the count a while first
-    (:func:`~airflow_iqp.window.readiness.count_wait_until`). Where nothing was computed (a result too large to hold, a batch claimed by
+    would start. Where running ``entry`` now would finish after the deadline and the result
+    computed at once would not, it waits for the count a while first
+    (:func:`~airflow_iqp.window.readiness.count_wait_until`); a wait for planned units that
+    were late is looked at again when they land, since the rest of the count is then due
+    when planned. Where nothing was computed (a result too large to hold, a batch claimed by
     another task and not written yet, an error), ``entry`` runs as planned. The result is
     appended to ``computed``."""
     if ws.has_claim(entry.index):  # a retry: it claimed in the earlier attempt
         return False
     wait_ready(entry)
-    until = count_wait_until(entry, tail, time.time())
+    now = time.time()
+    until = count_wait_until(entry, tail, now)
+    late = until > now and not planned_units_landed(entry, now)
+    if until > now:
+        print(f"airflow-iqp final_job: {entry.label}: run now, it would finish after the deadline; waiting up to "
+              f"{until - now:.2f} s for the window's count{' (its planned units are late)' if late else ''}",
+              flush=True)
     while not may_compute_ahead(tail, time.time(), folding=entry):
-        if time.time() >= until:
+        now = time.time()
+        if late and planned_units_landed(entry, now):  # they came: the rest of the count is due when planned
+            late, until = False, count_wait_until(entry, tail, now)
+        if now >= until:
             return False
         time.sleep(TAIL_POLL_S)
     done = compute_ahead(spark, ws, tail, slots, written)

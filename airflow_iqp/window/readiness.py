@@ -125,25 +125,31 @@ def may_compute_ahead(batch: Batch, now: float, folding: Batch | None = None) ->
             and _previous_decided(batch if folding is None else effective(folding)))
 
 
+def planned_units_landed(batch: Batch, now: float) -> bool:
+    """Whether every unit planned up to and including ``batch`` has landed by ``now``."""
+    return _arrived(batch, now, batch.cumulative) >= batch.cumulative
+
+
 def count_wait_until(entry: Batch, tail: Batch, now: float) -> float:
     """Until when a single query's batch of its fused tail's ``before`` (``entry``), whose
-    time has come before every unit it was planned for has landed, waits for the window's
-    count, so that it may leave its units to the result computed ahead
-    (:func:`may_compute_ahead` with ``folding``); ``now`` (no wait) once its planned units
-    have landed: the rest of the count is due when the plan says.
+    time has come, waits for the window's count instead of running, so that it may leave its
+    units to the result computed ahead (:func:`may_compute_ahead` with ``folding``); ``now``
+    for no wait.
 
-    Its units late against the plan mean the window's arrivals run behind it, and the last
-    of them often land together. Only where running ``entry`` now and the batches after it
-    would finish after the deadline at the window's planned costs (no plan met it, or the
-    arrivals are that late) does it wait: a plan that meets the deadline is not put at risk
-    for the count. The wait then lasts while that result (one batch over every unit not
-    claimed, and the merge, at the same costs) would still finish no later than running
-    ``entry`` now, and never past the last batch's ready time: if the count lands by then,
-    the result is no later than the plan's; if not, ``entry`` starts at most that much later."""
+    Only where running ``entry`` now and the batches after it would finish after the deadline
+    at the window's planned costs (no plan met it, its units are late, or the batch before it
+    ran long) does it wait: a plan that meets the deadline is not put at risk for the count.
+    The wait then lasts while that result (one batch over every unit not claimed, and the
+    merge, at the same costs) would still finish no later than running ``entry`` now, and
+    never past the last batch's ready time: if the count lands by then, the result is no
+    later than running it; if not, ``entry`` starts at most that much later.
+
+    With ``entry``'s planned units landed, the rest of the count is due when planned, at the
+    last batch's ready time: it waits only if the result computed from then still finishes
+    first. With some of them missing, the window's arrivals run behind the plan, and the last
+    of them often land together: it waits for as long as that would pay."""
     models = models_in_effect(entry.window_state())
     if models is None or not (entry.known_total and tail.known_total) or entry.max_units is not None:
-        return now
-    if _arrived(entry, now, entry.cumulative) >= entry.cumulative:
         return now
     cost, agg = models
     claims = entry.window_state().claims()
@@ -153,7 +159,10 @@ def count_wait_until(entry: Batch, tail: Batch, now: float) -> float:
     finish = max(now + entry.remaining_cost - tail.remaining_cost, tail.ready_ts) + tail.remaining_cost
     if finish <= entry.deadline_ts:  # the plan meets the deadline without the count: not put at risk for it
         return now
-    return max(now, min(finish - at_once, tail.ready_ts))
+    until = min(finish - at_once, tail.ready_ts)
+    if until < tail.ready_ts and planned_units_landed(entry, now):  # the count, due when planned, comes too late
+        return now
+    return max(now, until)
 
 
 def _previous_decided(batch: Batch) -> bool:
