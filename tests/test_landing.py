@@ -327,6 +327,31 @@ def test_a_wait_for_the_count_ends_when_the_batchs_late_planned_unit_lands(tmp_p
     assert computed == [] and not entry.window_state().has_claim(entry.index)
 
 
+def test_a_batch_started_late_waits_for_the_count_and_at_the_windows_end_leaves_its_units_to_the_last(tmp_path):
+    """A batch whose planned units are in but whose time came so late that one batch over the
+    rest, started at the window's end, is planned to finish first waits for the count; the
+    count not landing, it claims nothing at the window's end and its units go to the last batch."""
+    import time
+
+    from airflow_iqp.spark.ahead import compute_ahead_instead
+
+    landing = tmp_path / "landing"
+    cfg = flat_cfg(tmp_path, units=8, rate=8 / W, cost_hint={"kind": "linear", "per_unit": 2.0, "per_batch": 1.0})
+    end_at = plan_window(bound(cfg, T0, T0 + W), T0, T0 + W, T0 + W + 9, now=T0).batches[-1].ready_ts - T0
+    start = time.time() - end_at + 0.8  # the last batch is ready 0.8 s from now
+    wp = plan_window(bound(cfg, start, start + W), start, start + W, start + W + 9, now=start)
+    store_plan(wp)
+    first, entry, last = wp.batches
+    for i in range(entry.cumulative):
+        drop(landing, f"c-{i}.csv", start + 1 + i)
+    claim_batch(first, now=first.ready_ts)
+    assert count_wait_until(entry, last, time.time()) == last.ready_ts
+    computed: list = []
+    assert compute_ahead_instead(None, entry.window_state(), entry, last, 0, None, computed) is True
+    assert time.time() >= last.ready_ts
+    assert entry.window_state().claim_of(entry.index)["units"] == [] and computed == []
+
+
 def test_a_result_is_computed_ahead_only_once_every_claimed_batch_has_its_partial(tmp_path):
     """The batch before the last has claimed but its job runs still: computing the result
     ahead is "not yet", to be tried again, not given up (None) as when it cannot apply."""

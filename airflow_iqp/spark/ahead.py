@@ -21,8 +21,8 @@ from airflow_iqp.spark.steps import COLLECT_MAX_ROWS, result_table, run_batch, r
 from airflow_iqp.store import WindowState
 from airflow_iqp.streams import files_of
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.readiness import (TAIL_POLL_S, count_wait_until, leave_to_tail, may_compute_ahead,
-                                         planned_units_landed, unclaimed_units, wait_ready)
+from airflow_iqp.window.readiness import (TAIL_POLL_S, count_wait_until, fold_into_tail, leave_to_tail,
+                                         may_compute_ahead, planned_units_landed, unclaimed_units, wait_ready)
 
 
 #: What :func:`compute_ahead` returns while a batch before the last has claimed its units and
@@ -108,7 +108,9 @@ def result_ahead(spark, ws: WindowState, saved, files: list[str], inspection, wr
 def compute_ahead_instead(spark, ws: WindowState, entry: Batch, tail: Batch, slots: int, written: dict | None,
                            computed: list) -> bool:
     """Whether a single query's batch before its last (``entry``) left its units to the result
-    computed ahead: once ``entry`` may start, if the window's count has landed by then
+    computed ahead, or to the last batch itself where a wait for the count lasted to the
+    window's end (:func:`~airflow_iqp.window.readiness.fold_into_tail`). Once ``entry`` may
+    start, if the window's count has landed by then
     (:func:`~airflow_iqp.window.readiness.may_compute_ahead` with ``folding``), a fused
     tail computes its last batch and merge (:func:`compute_ahead`) over every unclaimed
     unit, ``entry``'s among them, and ``entry`` claims nothing
@@ -136,8 +138,12 @@ def compute_ahead_instead(spark, ws: WindowState, entry: Batch, tail: Batch, slo
         now = time.time()
         if late and planned_units_landed(entry, now):  # they came: the rest of the count is due when planned
             late, until = False, count_wait_until(entry, tail, now)
-        if now >= until:
-            return False
+        if now >= until:  # a wait that lasted to the window's end leaves the units to the last batch
+            if fold_into_tail(entry, tail, now) is None:
+                return False
+            print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch",
+                  flush=True)
+            return True
         time.sleep(TAIL_POLL_S)
     done = compute_ahead(spark, ws, tail, slots, written)
     if not isinstance(done, dict):

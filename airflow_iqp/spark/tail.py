@@ -166,14 +166,15 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
             if computed and leave_to_tail(entry) is not None:
                 print(f"airflow-iqp final_job: {entry.label}: its units are in the result computed ahead", flush=True)
                 continue
-            if _folded(entry, tail):
+            if fold_into_tail(entry, tail, time.time()) is not None:
+                print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch",
+                      flush=True)
                 continue
             if not tail.members:  # in the wait for this batch's input: fold what is written, rehearse
                 ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail, entry.ready_ts))
                 rehearsed += rehearse_tail(spark, ws, tail, slots, ahead[0], before=entry.ready_ts,
                                            rehearsals=REHEARSALS - len(rehearsed))
-                # A wait for the count that lasted to the window's end leaves the units to the last batch.
-                if compute_ahead_instead(spark, ws, entry, tail, slots, ahead[0], computed) or _folded(entry, tail):
+                if compute_ahead_instead(spark, ws, entry, tail, slots, ahead[0], computed):
                     continue
             _run_batch_in_turn(spark, ws, entry, slots, backend, history, stop, kept)
         if not tail.members:
@@ -376,14 +377,6 @@ def _merge_into_scratch(spark, ws: WindowState, saved, written: dict | None, par
     df = run_final(spark, saved, written["df"] if written else [], also=part)
     ws.write_scratch("rehearsal", parquet_writer(df, rows))
     ws.remove_scratch("rehearsal")
-
-
-def _folded(entry: Batch, tail: Batch) -> bool:
-    """Whether ``entry`` left its units to the last batch, the window having ended (:func:`fold_into_tail`)."""
-    if fold_into_tail(entry, tail, time.time()) is None:
-        return False
-    print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch", flush=True)
-    return True
 
 
 def _run_batch_in_turn(spark, ws: WindowState, entry: Batch, slots: int, backend: str, history: bool,
