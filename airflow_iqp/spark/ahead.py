@@ -105,6 +105,15 @@ def result_ahead(spark, ws: WindowState, saved, files: list[str], inspection, wr
             "quarantined": inspection.quarantined, "rows_in": inspection.rows, "computed_at": time.time()}
 
 
+def left_to_last_batch(entry: Batch, tail: Batch, now: float) -> bool:
+    """Whether a batch of a fused tail's ``before`` left its units to the last batch, the
+    window having ended (:func:`~airflow_iqp.window.readiness.fold_into_tail`); said in the log."""
+    if fold_into_tail(entry, tail, now) is None:
+        return False
+    print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch", flush=True)
+    return True
+
+
 def compute_ahead_instead(spark, ws: WindowState, entry: Batch, tail: Batch, slots: int, written: dict | None,
                            computed: list) -> bool:
     """Whether a single query's batch before its last (``entry``) left its units to the result
@@ -129,21 +138,18 @@ def compute_ahead_instead(spark, ws: WindowState, entry: Batch, tail: Batch, slo
     wait_ready(entry)
     now = time.time()
     until = count_wait_until(entry, tail, now)
-    late = until > now and not planned_units_landed(entry, now)
+    # A wait that ends before the last batch's ready time is one for planned units still missing.
+    late = now < until < tail.ready_ts
     if until > now:
         print(f"airflow-iqp final_job: {entry.label}: run now, it would finish after the deadline; waiting up to "
               f"{until - now:.2f} s for the window's count{' (its planned units are late)' if late else ''}",
               flush=True)
     while not may_compute_ahead(tail, time.time(), folding=entry):
         now = time.time()
-        if late and planned_units_landed(entry, now):  # they came: the rest of the count is due when planned
-            late, until = False, count_wait_until(entry, tail, now)
+        if until < tail.ready_ts and planned_units_landed(entry, now):  # they came: the rest is due when planned
+            until = count_wait_until(entry, tail, now)
         if now >= until:  # a wait that lasted to the window's end leaves the units to the last batch
-            if fold_into_tail(entry, tail, now) is None:
-                return False
-            print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch",
-                  flush=True)
-            return True
+            return left_to_last_batch(entry, tail, now)
         time.sleep(TAIL_POLL_S)
     done = compute_ahead(spark, ws, tail, slots, written)
     if not isinstance(done, dict):

@@ -214,8 +214,8 @@ def server_args(port: int = DEFAULT_PORT, *, master: str = "local[*]", conf: Map
 
 
 def start_server(port: int = DEFAULT_PORT, *, base: str | os.PathLike | None = None, master: str = "local[*]",
-                 conf: Mapping[str, str] | None = None, driver_memory: str = DEFAULT_DRIVER_MEMORY, timeout: float = 180.0,
-                 host: str = DEFAULT_HOST, token: str | None = None) -> dict:
+                 conf: Mapping[str, str] | None = None, driver_memory: str = DEFAULT_DRIVER_MEMORY,
+                 timeout: float = 180.0, host: str = DEFAULT_HOST, token: str | None = None) -> dict:
     """Start a Spark Connect server on ``host``:``port`` and wait until it answers a query.
 
     ``host`` is 127.0.0.1 unless given; any address that is not loopback needs ``token``

@@ -28,7 +28,7 @@ import time
 from airflow_iqp.coordination import cluster_turn
 from airflow_iqp.filecheck import files_to_read, inspect_files, kept_units, unit_of
 from airflow_iqp.query.store import load_query
-from airflow_iqp.spark.ahead import NOT_YET, compute_ahead, compute_ahead_instead, still_the_input
+from airflow_iqp.spark.ahead import NOT_YET, compute_ahead, compute_ahead_instead, left_to_last_batch, still_the_input
 from airflow_iqp.spark.batch import batch_work, execute_batch, read_shared
 from airflow_iqp.spark.group_tail import compute_group_ahead, execute_group_tail, hand_over_read
 from airflow_iqp.spark.merge import execute_final, merge_rows_estimate
@@ -36,8 +36,8 @@ from airflow_iqp.spark.steps import hold_static_schemas, parquet_writer, partial
 from airflow_iqp.store import WindowState
 from airflow_iqp.streams import stream_of
 from airflow_iqp.window.batch import Batch
-from airflow_iqp.window.readiness import (REHEARSAL_ROOM, TAIL_POLL_S, batch_ready, fold_into_tail, leave_to_tail,
-                                         may_compute_ahead, record_start, room_until, to_rehearse, wait_and_claim)
+from airflow_iqp.window.readiness import (REHEARSAL_ROOM, TAIL_POLL_S, batch_ready, leave_to_tail, may_compute_ahead,
+                                         record_start, room_until, to_rehearse, wait_and_claim)
 
 
 def read_written(spark, ws: WindowState, earlier: dict | None = None, until: float | None = None) -> dict | None:
@@ -166,9 +166,7 @@ def run_tail(spark, ws: WindowState, tail: Batch, slots: int = 0, *, backend: st
             if computed and leave_to_tail(entry) is not None:
                 print(f"airflow-iqp final_job: {entry.label}: its units are in the result computed ahead", flush=True)
                 continue
-            if fold_into_tail(entry, tail, time.time()) is not None:
-                print(f"airflow-iqp final_job: {entry.label}: the window has ended; its units go to the last batch",
-                      flush=True)
+            if left_to_last_batch(entry, tail, time.time()):
                 continue
             if not tail.members:  # in the wait for this batch's input: fold what is written, rehearse
                 ahead[0] = read_written(spark, ws, ahead[0], until=room_until(tail, entry.ready_ts))
