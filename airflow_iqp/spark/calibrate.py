@@ -3,7 +3,9 @@
 No Airflow import. :func:`calibrate` cuts a data directory's units into consecutive,
 disjoint batches of growing sizes (1, 2, 5, 10, 20, 50, ... while they fit; given sizes
 that do not fit side by side start again from the first unit), runs each as a batch on
-the backend, then merges the first k partials for a few k. It fits
+the backend, then merges the first k partials for a few k. Sizes whose measurements say
+that more units cost less are measured again, up to twice (a slow run on a shared machine
+would otherwise flatten the fit over them). Over each size's median, it fits
 
 * the batch cost, seconds against units, as a piecewise linear model
   (:func:`airflow_iqp.planning.models.fit_piecewise_linear`); its value at zero units is
@@ -33,7 +35,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from airflow_iqp.errors import ConfigError, DataError
-from airflow_iqp.planning.models import PiecewiseLinearFinalAgg, fit_piecewise_linear
+from airflow_iqp.planning.models import PiecewiseLinearFinalAgg, decreasing_sizes, fit_piecewise_linear
 from airflow_iqp.query.store import Saved, catalogued, save_query
 from airflow_iqp.landing import list_units
 from airflow_iqp.store import WindowState, open_store
@@ -87,6 +89,25 @@ def _copy_window(src: WindowState, dst: WindowState, batches: Sequence[int]) -> 
         claim = src.claim_of(b)
         dst.claim(b, claim["units"], claim["files"])
         shutil.copytree(src.partial_uri(b), dst.partial_uri(b))
+
+
+#: Rounds of measuring again the sizes whose measurements say more costs less
+#: (:func:`~airflow_iqp.planning.models.decreasing_sizes`): two give those sizes three
+#: measurements, whose median drops one slow run.
+RECHECK_ROUNDS = 2
+
+
+def _measure_again(done: list[dict], key: str, items, size_of, measure, say) -> None:
+    """Measure each of ``items`` whose size (``size_of(item)``, ``done``'s ``key``) is among the
+    decreasing sizes of ``done`` again, for up to :data:`RECHECK_ROUNDS` rounds, until none is."""
+    for _ in range(RECHECK_ROUNDS):
+        again = decreasing_sizes([(r[key], r["wall_seconds"]) for r in done])
+        if not again:
+            return
+        say(f"measuring again ({key}): {', '.join(f'{x:g}' for x in sorted(again))}")
+        for item in items:
+            if size_of(item) in again:
+                measure(item)
 
 
 def calibrate(query_id: str, data: str | os.PathLike, runner, *, state_dir: str | os.PathLike,
@@ -143,23 +164,32 @@ def calibrate(query_id: str, data: str | os.PathLike, runner, *, state_dir: str 
         placed.append(at)
     if runner.warm_up_first:
         runner.batch(query.id, ws, 0, static)  # warm-up: JIT, caches; not recorded
+
+    def measure_batch(b: int) -> None:
+        wall, cpu = runner.batch(query.id, placed[b], b, static)
+        job = placed[b].metrics(b)
+        batches.append({"units": sizes[b], "wall_seconds": wall, "cpu_seconds": cpu,
+                        "step_wall_seconds": job["wall_seconds"], "task_seconds": job.get("task_seconds")})
+        say(f"batch of {sizes[b]:>4} units: {wall:6.2f} s" + (f", {cpu:6.2f} CPU s" if cpu is not None else ""))
+
+    def measure_final(k: int) -> None:
+        wk = store.window(query.id, f"calibrate-final-{k}-{sum(f['batches'] == k for f in finals)}")
+        _copy_window(ws, wk, range(k))
+        wall, cpu = runner.final(query.id, wk)
+        finals.append({"batches": k, "units": sum(sizes[:k]), "wall_seconds": wall, "cpu_seconds": cpu})
+        say(f"final of {k:>2} partials: {wall:6.2f} s" + (f", {cpu:6.2f} CPU s" if cpu is not None else ""))
+
     for _ in range(repeat):
-        for b, size in enumerate(sizes):
-            wall, cpu = runner.batch(query.id, placed[b], b, static)
-            job = placed[b].metrics(b)
-            batches.append({"units": size, "wall_seconds": wall, "cpu_seconds": cpu,
-                            "step_wall_seconds": job["wall_seconds"], "task_seconds": job.get("task_seconds")})
-            say(f"batch of {size:>4} units: {wall:6.2f} s" + (f", {cpu:6.2f} CPU s" if cpu is not None else ""))
+        for b in range(len(sizes)):
+            measure_batch(b)
+    _measure_again(batches, "units", range(len(sizes)), lambda b: sizes[b], measure_batch, say)
     if runner.warm_up_first:  # warm-up of the merge, not recorded
         _copy_window(ws, store.window(query.id, "calibrate-warmup"), [0])
         runner.final(query.id, store.window(query.id, "calibrate-warmup"))
-    for r in range(repeat):
+    for _ in range(repeat):
         for k in final_counts:
-            wk = store.window(query.id, f"calibrate-final-{k}-{r}")
-            _copy_window(ws, wk, range(k))
-            wall, cpu = runner.final(query.id, wk)
-            finals.append({"batches": k, "units": sum(sizes[:k]), "wall_seconds": wall, "cpu_seconds": cpu})
-            say(f"final of {k:>2} partials: {wall:6.2f} s" + (f", {cpu:6.2f} CPU s" if cpu is not None else ""))
+            measure_final(k)
+    _measure_again(finals, "batches", final_counts, lambda k: k, measure_final, say)
     cost = fit_piecewise_linear([(r["units"], r["wall_seconds"]) for r in batches], max_pieces=4)
     agg = PiecewiseLinearFinalAgg(fit_piecewise_linear([(r["batches"], r["wall_seconds"]) for r in finals],
                                                        max_pieces=3).points, merge_single=True)

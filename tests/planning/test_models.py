@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from airflow_iqp.errors import ConfigError
 from airflow_iqp.planning.models import (
     CallableCost, EmpiricalArrival, FixedRate, LinearCost, LinearFinalAgg, PiecewiseLinearCost,
-    PiecewiseLinearFinalAgg, ProfileArrival, arrival_from_dict, cost_model_from_dict, final_agg_from_dict,
-    fit_piecewise_linear,
+    PiecewiseLinearFinalAgg, ProfileArrival, arrival_from_dict, cost_model_from_dict, decreasing_sizes,
+    final_agg_from_dict, fit_piecewise_linear,
 )
 from airflow_iqp.planning.planner import Plan, plan_batches
 
@@ -67,6 +67,22 @@ def test_fit_piecewise_linear_is_monotone_and_recovers_a_linear_model():
     fit = fit_piecewise_linear(noisy)
     ys = [y for _, y in fit.points]
     assert ys == sorted(ys) and ys[0] == ys[1] == pytest.approx(4.5)
+
+
+def test_one_slow_run_among_three_does_not_move_the_fit():
+    """A 5-unit batch measured once at 1.83 s, once more than a 20-unit one: the fit's pooling
+    makes 5 to 20 units cost the same. Measured three times, its median drops the slow run."""
+    once = [(1, 0.6), (5, 1.83), (20, 1.6), (72, 4.0)]
+    assert decreasing_sizes(once) == {5.0, 20.0}
+    flat = fit_piecewise_linear(once)
+    assert flat.cost(5) == flat.cost(20)
+    thrice = once + [(5, 0.9), (5, 0.95), (20, 1.62), (20, 1.58)]
+    assert decreasing_sizes(thrice) == set()
+    fit = fit_piecewise_linear(thrice)
+    assert fit.cost(5) == pytest.approx(0.95) and fit.cost(20) == pytest.approx(1.6)
+    # Within the tolerance (5 % of the larger size's median) sizes are not measured again.
+    assert decreasing_sizes([(1, 0.31), (2, 0.30), (4, 0.5)]) == set()
+    assert decreasing_sizes([(1, 0.40), (2, 0.30), (4, 0.35)]) == {1.0, 2.0, 4.0}
 
 
 def test_fit_thins_breakpoints():

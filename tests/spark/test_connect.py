@@ -115,8 +115,10 @@ def test_calibrate_on_the_server_stores_a_fit_the_planner_uses(server, tpch_dir,
     with SparkConnect.calibration_runner(url=server["url"], server_pid=server["pid"]) as runner:
         rep = calibrate("cq3", tpch_dir, runner, state_dir=state)
     assert default_sizes(6) == [1, 2, 3]
-    assert [r["units"] for r in rep["batches"]] == [1, 2, 3]
-    assert [r["batches"] for r in rep["finals"]] == [1, 2, 3]
+    # Each size once, then again those whose measurements said more units cost less.
+    assert [r["units"] for r in rep["batches"]][:3] == [1, 2, 3]
+    assert {r["units"] for r in rep["batches"][3:]} <= {1, 2, 3}
+    assert [r["batches"] for r in rep["finals"]][:3] == [1, 2, 3]
     assert all(r["wall_seconds"] > 0 and r["cpu_seconds"] > 0 for r in rep["batches"] + rep["finals"])
     assert rep["overhead_seconds"] >= 0
     fits = open_store(state).cost_history("cq3", "fit", "spark-connect")
@@ -131,11 +133,36 @@ def test_calibrate_on_the_server_stores_a_fit_the_planner_uses(server, tpch_dir,
     # the merges combine the batches that fit side by side.
     with SparkConnect.calibration_runner(url=server["url"]) as runner:
         rep = calibrate("cq3", tpch_dir, runner, state_dir=state, sizes=[1, 2, 3, 5], work_dir=tmp_path / "work")
-    assert [r["units"] for r in rep["batches"]] == [1, 2, 3, 5]
-    assert [r["batches"] for r in rep["finals"]] == [1, 2, 3]
+    assert [r["units"] for r in rep["batches"]][:4] == [1, 2, 3, 5]
+    assert [r["batches"] for r in rep["finals"]][:3] == [1, 2, 3]
     assert rep["cost"]["points"][-1][0] == 5
     assert open_store(tmp_path / "work").window("cq3", "calibrate-3").claim_of(3)["units"] == [
         u.name for u in list_units(tpch_dir / "units", TPCH)[:5]]
+
+
+def test_calibrate_measures_again_a_size_that_ran_slower_than_a_larger_one(server, tpch_dir, tmp_path):
+    """One slow run among a size's measurements must not flatten the fit. A slow run on a
+    shared machine cannot be caused on demand, so the runner reports one real 2-unit batch
+    2 s slower than it ran (a fake, for that fault only); the rest is the server's."""
+    with SparkConnect.calibration_runner(url=server["url"]) as runner:
+        real, slowed = runner.batch, []
+
+        def batch(query, ws, b, static):
+            wall, cpu = real(query, ws, b, static)
+            if b == 1 and not slowed:
+                slowed.append(wall)
+                wall += 2.0
+            return wall, cpu
+
+        runner.batch = batch
+        rep = calibrate("cq3", tpch_dir, runner, state_dir=tmp_path / "state", sizes=[1, 2, 4])
+    units = [r["units"] for r in rep["batches"]]
+    assert units.count(2) >= 3 and units.count(4) >= 3  # the slow size, and the larger one it exceeded
+    slow = max(r["wall_seconds"] for r in rep["batches"] if r["units"] == 2)
+    cost = dict(map(tuple, rep["cost"]["points"]))
+    assert slow > 2.0 and cost[2.0] < slow - 1.5 and cost[2.0] <= cost[4.0]
+    recorded = open_store(tmp_path / "state").cost_history("cq3", "batch", "spark-connect")
+    assert sorted(r["units"] for r in recorded) == sorted(units)
 
 
 def test_warm_up_runs_every_query_on_the_server_and_records_nothing(server, tpch_dir, tmp_path, monkeypatch):

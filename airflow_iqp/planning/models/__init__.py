@@ -22,7 +22,7 @@ from airflow_iqp.planning.models._arrival import ArrivalModel, EmpiricalArrival,
 from airflow_iqp.planning.models._busy import Busy
 from airflow_iqp.planning.models._checks import TIME_TOL, UNBOUNDED, within
 from airflow_iqp.planning.models._cost import (
-    CallableCost, CostModel, LinearCost, PiecewiseLinearCost, fit_piecewise_linear,
+    CallableCost, CostModel, LinearCost, PiecewiseLinearCost, decreasing_sizes, fit_piecewise_linear,
 )
 from airflow_iqp.planning.models._final_agg import NO_FINAL_AGG, FinalAggCost, LinearFinalAgg, PiecewiseLinearFinalAgg
 from airflow_iqp.planning.models._parse import arrival_from_dict, cost_model_from_dict, final_agg_from_dict
@@ -31,6 +31,6 @@ from airflow_iqp.planning.models._shared import SHARED_FIXED_SHARE, shared_batch
 __all__ = [
     "NO_FINAL_AGG", "SHARED_FIXED_SHARE", "TIME_TOL", "UNBOUNDED", "ArrivalModel", "Busy", "CallableCost", "CostModel", "EmpiricalArrival",
     "FinalAggCost", "FixedRate", "LinearCost", "LinearFinalAgg", "PiecewiseLinearCost", "PiecewiseLinearFinalAgg",
-    "ProfileArrival", "arrival_from_dict", "cost_model_from_dict", "final_agg_from_dict", "fit_piecewise_linear",
+    "ProfileArrival", "arrival_from_dict", "cost_model_from_dict", "decreasing_sizes", "final_agg_from_dict", "fit_piecewise_linear",
     "plus_fixed", "scaled", "shared_batch_cost", "shared_step", "summed_final_agg", "within",
 ]

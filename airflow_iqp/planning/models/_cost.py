@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
@@ -176,25 +177,19 @@ class CallableCost:
 def fit_piecewise_linear(samples: Sequence[tuple[float, float]], max_pieces: int | None = None) -> PiecewiseLinearCost:
     """Fit a non-decreasing piecewise linear cost model to measured ``(units, seconds)``.
 
-    Repeated measurements of one batch size are averaged; the averages are made
-    non-decreasing by pooling adjacent violators (isotonic regression), so noise in
-    the measurements never yields a cost model that says more units are cheaper.
+    Repeated measurements of one batch size are reduced to their median, so one slow run
+    among three moves nothing; the medians are made non-decreasing by pooling adjacent
+    violators (isotonic regression), so noise in the measurements never yields a cost
+    model that says more units are cheaper.
     With ``max_pieces`` the breakpoints are thinned to the ones that keep the
     squared error of the interpolation smallest (dynamic programming over the
     measured sizes), always keeping the first and the last.
     """
-    by_x: dict[float, list[float]] = {}
-    for i, s in enumerate(samples):
-        if len(s) != 2:
-            raise ConfigError("each sample is a pair (units, seconds)", f"samples[{i}]")
-        x, y = float(s[0]), float(s[1])
-        if not (math.isfinite(x) and math.isfinite(y)) or x < 0 or y < 0:
-            raise ConfigError("units and seconds must be finite and >= 0", f"samples[{i}]")
-        by_x.setdefault(x, []).append(y)
+    by_x = _medians(samples)
     if len(by_x) < 2:
         raise ConfigError("need measurements at two or more distinct batch sizes", "samples")
     xs = sorted(by_x)
-    blocks = [[sum(by_x[x]) / len(by_x[x]), len(by_x[x]), 1] for x in xs]  # mean, weight, count
+    blocks = [[by_x[x][0], by_x[x][1], 1] for x in xs]  # median, weight (samples), count (sizes)
     pooled: list[list[float]] = []
     for b in blocks:
         pooled.append(b)
@@ -208,6 +203,34 @@ def fit_piecewise_linear(samples: Sequence[tuple[float, float]], max_pieces: int
             raise ConfigError("must be >= 1", "max_pieces")
         pts = _thin_breakpoints(pts, max_pieces + 1)
     return PiecewiseLinearCost(tuple(pts))
+
+
+def _medians(samples: Sequence[tuple[float, float]]) -> dict[float, tuple[float, int]]:
+    """``{units: (median seconds, number of samples)}`` of measured ``(units, seconds)``."""
+    by_x: dict[float, list[float]] = {}
+    for i, s in enumerate(samples):
+        if len(s) != 2:
+            raise ConfigError("each sample is a pair (units, seconds)", f"samples[{i}]")
+        x, y = float(s[0]), float(s[1])
+        if not (math.isfinite(x) and math.isfinite(y)) or x < 0 or y < 0:
+            raise ConfigError("units and seconds must be finite and >= 0", f"samples[{i}]")
+        by_x.setdefault(x, []).append(y)
+    return {x: (statistics.median(ys), len(ys)) for x, ys in by_x.items()}
+
+
+def decreasing_sizes(samples: Sequence[tuple[float, float]], tolerance: float = 0.05) -> set[float]:
+    """The sizes of measured ``(units, seconds)`` whose median exceeds a larger size's median by
+    more than ``tolerance`` of it, with those larger sizes: the measurements that say more
+    units cost less. A batch of more units does the same work and more, so only noise (a slow
+    run on a shared machine) makes them so; measuring those sizes again lets the median drop
+    the slow run, where the fit's pooling would flatten the model over both sizes."""
+    med = sorted((x, m) for x, (m, _n) in _medians(samples).items())
+    out: set[float] = set()
+    for i, (xi, mi) in enumerate(med):
+        for xj, mj in med[i + 1:]:
+            if mi > mj * (1 + tolerance):
+                out.update((xi, xj))
+    return out
 
 
 def _thin_breakpoints(pts: list[tuple[float, float]], keep: int) -> list[tuple[float, float]]:
